@@ -1,0 +1,91 @@
+"""Read the kernarg layout and resource use back out of compiled code objects.
+
+AMD: the ``NT_AMDGPU_METADATA`` note of the HSA code object (an ELF), a msgpack map with one
+entry per kernel: ``.args`` (offset, size, value kind), ``.kernarg_segment_size``,
+``.group_segment_fixed_size`` (LDS), ``.private_segment_fixed_size`` (scratch: spills),
+``.wavefront_size``, ``.vgpr_count``, ``.sgpr_count``, ... NVIDIA: the ``.entry`` parameter list
+of the PTX the cubin was assembled from (at load time, ``cuFuncGetParamInfo`` says the same).
+
+The compile step checks both against ``skwgrad.abi.kernargs``; a mismatch is a build failure.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import msgpack
+from elftools.elf.elffile import ELFFile
+
+from skwgrad.errors import AbiError
+
+NT_AMDGPU_METADATA = 32
+
+
+def amdgpu_metadata(hsaco: bytes) -> dict:
+    """The decoded ``NT_AMDGPU_METADATA`` map of an AMD code object."""
+    elf = ELFFile(io.BytesIO(hsaco))
+    if elf["e_machine"] != "EM_AMDGPU":
+        raise AbiError(f"not an AMDGPU code object (ELF machine {elf['e_machine']})")
+    for seg in elf.iter_segments():
+        if seg["p_type"] != "PT_NOTE":
+            continue
+        for note in seg.iter_notes():
+            if note["n_name"] == "AMDGPU" and note["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
+                desc = note["n_desc"]
+                raw = desc if isinstance(desc, bytes) else desc.encode("latin-1")
+                return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    raise AbiError("AMDGPU code object has no NT_AMDGPU_METADATA note")
+
+
+def amdgpu_kernel(hsaco: bytes, name: str) -> dict:
+    meta = amdgpu_metadata(hsaco)
+    for k in meta.get("amdhsa.kernels", []):
+        if k.get(".name") == name:
+            return k
+    raise AbiError(f"kernel {name!r} not in the code object's metadata")
+
+
+def amdgpu_summary(hsaco: bytes, name: str) -> dict:
+    """The resource figures the cache records for an AMD kernel."""
+    k = amdgpu_kernel(hsaco, name)
+    return {
+        "target": amdgpu_metadata(hsaco).get("amdhsa.target", ""),
+        "kernarg_segment_size": k[".kernarg_segment_size"],
+        "args": [{"offset": a[".offset"], "size": a[".size"], "kind": a[".value_kind"]} for a in k[".args"]],
+        "lds_bytes": k[".group_segment_fixed_size"],
+        "scratch_bytes": k[".private_segment_fixed_size"],
+        "wavefront_size": k[".wavefront_size"],
+        "vgpr_count": k[".vgpr_count"],
+        "agpr_count": k.get(".agpr_count", 0),
+        "sgpr_count": k[".sgpr_count"],
+        "vgpr_spill_count": k.get(".vgpr_spill_count", 0),
+        "sgpr_spill_count": k.get(".sgpr_spill_count", 0),
+        "max_flat_workgroup_size": k[".max_flat_workgroup_size"],
+    }
+
+
+_PTX_PARAM = re.compile(r"\.param\s+\.(?P<type>[usbf]\d+)(?:\s+\.ptr(?:\s+\.\w+)*)?(?:\s+\.align\s+\d+)?\s+(?P<name>\w+)")
+
+
+def ptx_params(ptx: str, name: str) -> list[dict]:
+    """(size, offset) of each ``.entry`` parameter, laid out with natural alignment as CUDA does."""
+    m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((?P<params>.*?)\)", ptx, re.S)
+    if not m:
+        raise AbiError(f"PTX has no .entry {name}")
+    out, offset = [], 0
+    for p in _PTX_PARAM.finditer(m.group("params")):
+        size = int(p.group("type")[1:]) // 8
+        offset = -(-offset // size) * size
+        out.append({"offset": offset, "size": size})
+        offset += size
+    return out
+
+
+def check_layout(expected: list[tuple[int, int]], actual: list[tuple[int, int]], what: str) -> None:
+    """Compare (offset, size) lists; raise with the first difference."""
+    if len(expected) != len(actual):
+        raise AbiError(f"{what}: the object has {len(actual)} kernargs, the declaration {len(expected)}")
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if tuple(e) != tuple(a):
+            raise AbiError(f"{what}: kernarg {i} is (offset, size) {tuple(a)} in the object, {tuple(e)} declared")

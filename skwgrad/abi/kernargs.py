@@ -1,0 +1,237 @@
+"""The kernarg ABI: one ordered declaration per (family, variant), the single source of truth.
+
+The Triton signature each kernel is compiled with and the host packer are both derived from
+``declaration(family, variant)``; ``skwgrad.aot.kernels`` asserts at import time that every
+kernel's parameter list is exactly that declaration followed by its compile-time constants.
+
+Layout (SPEC section 4)::
+
+    prefix (every wgrad kernel): dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+        stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+        ws_ptr, ws_bytes, ks_iters, ks_count
+    stream-K appends, after ks_count:
+        [sk_flags, sk_partials] (linear/tree), sk_iters_per_tile, sk_dp_tiles, sk_ctas,
+        sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds, [sk_epoch] (linear/tree)
+    then the compiler's trailing pointers (Triton's global and profile scratch), passed null.
+
+``ws_ptr``/``ws_bytes`` keep their slot in every wgrad variant, so the prefix up to ``ks_count``
+has one layout everywhere; a variant with no workspace has them *reserved*: the packer writes
+null/0 and refuses a caller-supplied workspace. Pads are the low (left) pads: the high pads
+only decide the output size, which travels as Do/Ho/Wo.
+
+Pointers are 8 bytes, scalars little-endian i32, each at its natural alignment. Every pointer is
+compiled as 16-byte aligned (``tt.divisibility=16``), so the packer refuses one that is not.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from functools import cache
+
+from skwgrad.errors import AbiError
+
+ABI_VERSION = 1
+I32_MAX = 2**31 - 1
+POINTER_ALIGN = 16  # what the kernels are compiled to assume of every pointer
+
+TRITON_DTYPES = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}
+
+PROBLEM_SCALARS = (
+    "N", "G", "C", "K", "Di", "Hi", "Wi", "Z", "Y", "X", "Do", "Ho", "Wo",
+    "stride_d", "stride_h", "stride_w", "pad_d", "pad_h", "pad_w", "dil_d", "dil_h", "dil_w",
+)  # fmt: skip
+SK_SCALARS = (
+    "sk_iters_per_tile", "sk_dp_tiles", "sk_ctas", "sk_iters_per_cta",
+    "sk_extra_iters", "sk_pool", "sk_tree_rounds",
+)  # fmt: skip
+
+FAMILIES = ("wgrad", "wgrad_sk", "stage2")
+SPLITK_EPILOGUES = ("direct", "atomic", "two_stage")
+SK_REDUCTIONS = ("linear", "tree", "atomic", "workspace")
+FLAG_REDUCTIONS = ("linear", "tree")  # reductions that hand partials over through flags
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str  # "ptr" or "i32"
+    elem: str = ""  # pointee of a ptr: "in" (input dtype), "dw" (dW dtype), "f32", "i32"
+    reserved: bool = False  # slot kept for a stable layout; always null/0 in this variant
+
+    @property
+    def size(self) -> int:
+        return 8 if self.kind == "ptr" else 4
+
+
+@dataclass(frozen=True)
+class Slot:
+    arg: Arg
+    offset: int
+
+
+@dataclass(frozen=True)
+class KernargDecl:
+    family: str
+    variant: str
+    args: tuple[Arg, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args)
+
+    def layout(self, tail_pointers: int = 0) -> tuple[tuple[Slot, ...], int]:
+        """(slots, total bytes) with natural alignment; ``tail_pointers`` null pointers follow."""
+        return _layout(self, tail_pointers)
+
+    def triton_signature(self, dtype: str, dw_dtype: str) -> dict[str, str]:
+        """The runtime part of the Triton signature (constexprs are appended by the caller)."""
+        elem = {"in": TRITON_DTYPES[dtype], "dw": TRITON_DTYPES[dw_dtype], "f32": "fp32", "i32": "i32"}
+        return {a.name: (f"*{elem[a.elem]}" if a.kind == "ptr" else "i32") for a in self.args}
+
+    def triton_attrs(self) -> dict[tuple[int], list]:
+        """Every pointer is 16-byte aligned: lets Triton emit 16-byte vector loads."""
+        return {(i,): [["tt.divisibility", POINTER_ALIGN]] for i, a in enumerate(self.args) if a.kind == "ptr"}
+
+    def value_names(self) -> tuple[str, ...]:
+        """The names a caller must supply to ``pack`` (reserved slots are the packer's)."""
+        return tuple(a.name for a in self.args if not a.reserved)
+
+    def pack(self, values: dict[str, int], tail_pointers: int = 0) -> bytes:
+        return bytes(Packer(self, tail_pointers).pack(values))
+
+
+@cache
+def _layout(decl: KernargDecl, tail_pointers: int) -> tuple[tuple[Slot, ...], int]:
+    slots, offset = [], 0
+    args = list(decl.args) + [Arg(f"_tail{i}", "ptr", "i32", reserved=True) for i in range(tail_pointers)]
+    for a in args:
+        offset = -(-offset // a.size) * a.size
+        slots.append(Slot(a, offset))
+        offset += a.size
+    return tuple(slots), -(-offset // 8) * 8
+
+
+# Position of ws_ptr in every wgrad declaration (the prefix never moves).
+WS_INDEX = 3 + len(PROBLEM_SCALARS)
+
+
+def _prefix(workspace: bool) -> list[Arg]:
+    return [
+        Arg("dy", "ptr", "in"),
+        Arg("x", "ptr", "in"),
+        Arg("dw", "ptr", "dw"),
+        *(Arg(n, "i32") for n in PROBLEM_SCALARS),
+        Arg("ws_ptr", "ptr", "f32", reserved=not workspace),
+        Arg("ws_bytes", "i32", reserved=not workspace),
+        Arg("ks_iters", "i32"),
+        Arg("ks_count", "i32"),
+    ]
+
+
+@cache
+def declaration(family: str, variant: str) -> KernargDecl:
+    """The ordered kernarg declaration of one kernel family and variant.
+
+    ``wgrad``: variant is the split-K epilogue (direct, atomic, two_stage).
+    ``wgrad_sk``: variant is the stream-K reduction (linear, tree, atomic, workspace).
+    ``stage2``: variant is ``reduce``.
+    """
+    if family == "wgrad":
+        if variant not in SPLITK_EPILOGUES:
+            raise AbiError(f"wgrad epilogue {variant!r} is not one of {', '.join(SPLITK_EPILOGUES)}")
+        args = _prefix(workspace=variant == "two_stage")
+    elif family == "wgrad_sk":
+        if variant not in SK_REDUCTIONS:
+            raise AbiError(f"stream-K reduction {variant!r} is not one of {', '.join(SK_REDUCTIONS)}")
+        flags = variant in FLAG_REDUCTIONS
+        args = _prefix(workspace=variant == "workspace")
+        if flags:
+            args += [Arg("sk_flags", "ptr", "i32"), Arg("sk_partials", "ptr", "f32")]
+        args += [Arg(n, "i32") for n in SK_SCALARS]
+        if flags:
+            args.append(Arg("sk_epoch", "i32"))
+    elif family == "stage2":
+        if variant != "reduce":
+            raise AbiError(f"stage2 variant {variant!r} is not 'reduce'")
+        args = [Arg("ws_ptr", "ptr", "f32"), Arg("dw", "ptr", "dw"), Arg("numel", "i32"), Arg("replicas", "i32")]
+    else:
+        raise AbiError(f"kernel family {family!r} is not one of {', '.join(FAMILIES)}")
+    names = [a.name for a in args]
+    assert len(names) == len(set(names)), names
+    return KernargDecl(family, variant, tuple(args))
+
+
+def problem_scalars(problem) -> dict[str, int]:
+    """The problem part of the prefix, from a ``ConvProblem``."""
+    p = problem
+    return {
+        "N": p.n, "G": p.g, "C": p.c, "K": p.k,
+        "Di": p.di, "Hi": p.hi, "Wi": p.wi, "Z": p.z, "Y": p.y, "X": p.x,
+        "Do": p.do, "Ho": p.ho, "Wo": p.wo,
+        "stride_d": p.stride[0], "stride_h": p.stride[1], "stride_w": p.stride[2],
+        "pad_d": p.pad_lo[0], "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
+        "dil_d": p.dilation[0], "dil_h": p.dilation[1], "dil_w": p.dilation[2],
+    }  # fmt: skip
+
+
+_I32 = struct.Struct("<i")
+_PTR = struct.Struct("<Q")
+
+
+class Packer:
+    """Packs one declaration. Checks every value once; ``pack_into`` re-patches chosen slots of a
+    prepacked template for repeated launches (a plan changes only pointers and the epoch)."""
+
+    def __init__(self, decl: KernargDecl, tail_pointers: int = 0):
+        self.decl = decl
+        self.slots, self.size = decl.layout(tail_pointers)
+        self.offsets = {s.arg.name: s.offset for s in self.slots}
+        self._by_name = {s.arg.name: s for s in self.slots}
+
+    def pack(self, values: dict[str, int]) -> bytearray:
+        names = set(self.decl.value_names())
+        missing = sorted(names - set(values))
+        if missing:
+            raise AbiError(f"{self._what()}: missing kernarg(s) {', '.join(missing)}")
+        unused = sorted(set(values) - names)
+        if unused:
+            reserved = [n for n in unused if n in self._by_name]
+            if reserved:
+                raise AbiError(
+                    f"{self._what()}: {', '.join(reserved)} unused by this variant (it takes no workspace); "
+                    f"do not pass one"
+                )
+            raise AbiError(f"{self._what()}: unknown kernarg(s) {', '.join(unused)}")
+        buf = bytearray(self.size)
+        for slot in self.slots:
+            if slot.arg.reserved:
+                continue  # null / 0
+            self._put(buf, slot, values[slot.arg.name])
+        return buf
+
+    def pack_into(self, buf: bytearray, name: str, value: int) -> None:
+        self._put(buf, self._by_name[name], value)
+
+    def _put(self, buf: bytearray, slot: Slot, value) -> None:
+        a = slot.arg
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise AbiError(f"{self._what()}: kernarg {a.name} must be an int, got {type(value).__name__}")
+        if a.kind == "ptr":
+            if value == 0:
+                raise AbiError(f"{self._what()}: buffer {a.name} is missing (null pointer)")
+            if not 0 < value < 2**64:
+                raise AbiError(f"{self._what()}: pointer {a.name}={value:#x} is not a 64-bit address")
+            if value % POINTER_ALIGN:
+                raise AbiError(
+                    f"{self._what()}: {a.name} at {value:#x} is not {POINTER_ALIGN}-byte aligned; "
+                    f"the kernels assume aligned buffers (pass a contiguous, freshly allocated tensor)"
+                )
+            _PTR.pack_into(buf, slot.offset, value)
+        else:
+            if not -(2**31) <= value < 2**31:
+                raise AbiError(f"{self._what()}: kernarg {a.name}={value} does not fit in i32")
+            _I32.pack_into(buf, slot.offset, value)
+
+    def _what(self) -> str:
+        return f"{self.decl.family}/{self.decl.variant}"

@@ -1,0 +1,98 @@
+"""Compile one ``KernelSpec`` for one target into code-object bytes plus checked metadata.
+
+Runs on a machine with no GPU: ``triton.compile`` cross-compiles for gfx942/gfx950 (hsaco) and
+sm_90 (cubin). The kernarg layout is read back from the object (AMD metadata note / PTX entry)
+and must equal the ABI declaration plus the compiler's trailing null pointers; a kernel that
+needs global scratch is refused (the launcher passes those pointers as null).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from skwgrad.abi import codeobject
+from skwgrad.abi.arch import get_arch
+from skwgrad.aot.kernels import FLAGS_PER_CTA, kernel_for
+from skwgrad.aot.spec import KernelSpec
+from skwgrad.errors import AbiError
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    spec: KernelSpec
+    arch: str
+    binary: bytes  # hsaco (AMD) or cubin (NVIDIA)
+    metadata: dict  # JSON-able: name, threads, shared, kernarg layout, resources, ...
+
+    @property
+    def name(self) -> str:
+        return self.metadata["name"]
+
+
+def compiler_identity() -> str:
+    import triton
+
+    return f"triton-{triton.__version__}"
+
+
+def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> CompiledKernel:
+    import triton
+    from triton.compiler import ASTSource
+
+    target = get_arch(arch)
+    fn, consts = kernel_for(spec)
+    decl = spec.kernarg_decl
+    signature = decl.triton_signature(spec.dtype, spec.dw_dtype)
+    signature.update({name: "constexpr" for name in consts})
+    src = ASTSource(fn, signature, constexprs=consts, attrs=decl.triton_attrs())
+    t0 = time.perf_counter()
+    compiled = triton.compile(
+        src,
+        target=target.triton_target,
+        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
+    )
+    seconds = time.perf_counter() - t0
+    md = compiled.metadata
+    name = md.name
+    if getattr(md, "global_scratch_size", 0):
+        raise AbiError(f"{spec.label} on {arch} needs {md.global_scratch_size} bytes of global scratch; skwgrad passes none")
+    if target.backend == "hip":
+        binary = compiled.asm["hsaco"]
+        amd = codeobject.amdgpu_summary(binary, name)
+        actual = [(a["offset"], a["size"]) for a in amd["args"]]
+        kernarg_size = amd["kernarg_segment_size"]
+    else:
+        binary = compiled.asm["cubin"]
+        amd = None
+        actual = [(p["offset"], p["size"]) for p in codeobject.ptx_params(compiled.asm["ptx"], name)]
+        kernarg_size = None
+    tail = len(actual) - len(decl.args)
+    if tail < 0:
+        raise AbiError(f"{spec.label} on {arch}: the object has fewer kernargs than declared")
+    slots, size = decl.layout(tail)
+    codeobject.check_layout([(s.offset, s.arg.size) for s in slots], actual, f"{spec.label} on {arch}")
+    if kernarg_size is not None and kernarg_size != size:
+        raise AbiError(f"{spec.label} on {arch}: kernarg segment is {kernarg_size} bytes, declared {size}")
+    metadata = {
+        "name": name,
+        "arch": arch,
+        "label": spec.label,
+        "binary_kind": "hsaco" if target.backend == "hip" else "cubin",
+        "num_warps": spec.num_warps,
+        "threads": spec.num_warps * target.wave_size,
+        "shared": md.shared,
+        "kernarg": {
+            "names": list(decl.names),
+            "offsets": [s.offset for s in slots[: len(decl.args)]],
+            "size": size,
+            "tail_pointers": tail,
+        },
+        "flags_per_cta": FLAGS_PER_CTA if spec.variant in ("linear", "tree") else 0,
+        "compiler": compiler_identity(),
+        "compile_seconds": round(seconds, 3),
+        "amd": amd,
+    }
+    if keep_asm:
+        metadata["_asm"] = {k: v for k, v in compiled.asm.items() if isinstance(v, str)}
+    return CompiledKernel(spec, arch, bytes(binary), metadata)

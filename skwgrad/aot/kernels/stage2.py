@@ -1,0 +1,22 @@
+"""Stage-2 reduce: sum the f32 replicas of dW in replica order, cast to the dW dtype.
+
+Serves the two-stage split-K epilogue (one replica per split) and the stream-K workspace
+reduction (one replica). The order is fixed, so two-stage split-K is deterministic.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def stage2_reduce(ws_ptr, dw, numel, replicas, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for r in range(0, replicas):
+        acc += tl.load(ws_ptr + r * numel + offs, mask=mask, other=0.0)
+    tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
+
+
+def constexprs(spec) -> dict:
+    return {"BLOCK": spec.block}

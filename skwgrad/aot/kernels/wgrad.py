@@ -1,0 +1,375 @@
+"""Implicit-GEMM convolution wgrad in Triton: split-K (``wgrad``) and stream-K (``wgrad_sk``).
+
+Per group g:  dW[g] (K x ZYXC) = dy[g]^T (K x NDoHoWo) @ im2col(x)[g] (NDoHoWo x ZYXC).
+x is ``N Di Hi Wi G C``, dy ``N Do Ho Wo G K``, dW ``G K Z Y X C``, all packed. A tile is
+BM output channels x BN flattened (z, y, x, c) columns of one group; tile ids are row-major over
+(G * ceil(K / BM)) x ceil(ZYXC / BN). One MAC iteration is one BK slice of the reduction.
+
+Addressing is separable: the x offset of (row r, column n) is ``row_off(r) + col_off(n)`` and its
+bounds check is ``0 <= row_base(r) + col_tap(n) < size`` per spatial dim, so the per-iteration cost
+is one decomposition of BK row indices; columns are decomposed once per tile. Rows and columns
+past the end are clamped to the last valid index (and masked), so every address stays inside its
+tensor and 32-bit offsets are enough (``skwgrad.abi.conv`` refuses tensors of 2**31 elements).
+
+Stream-K flag protocol (linear and tree; one flag per SK CTA, FLAGS_PER_CTA = 1):
+  publish (contributor c):  every thread stores its part of the f32 partial tile to slot c;
+      ``debug_barrier`` (CTA barrier: all of the CTA's stores happen-before what follows);
+      one release store ``flags[c] = epoch`` at gpu/agent scope. Release is cumulative, so it
+      orders the whole CTA's partial stores before the flag. On CDNA the agent-scope release
+      lowers to ``buffer_wbl2`` + ``s_waitcnt`` before the flag store (the partials leave the
+      XCD's L2); on Hopper to ``fence.acq_rel.gpu`` / ``st.release.gpu``.
+  wait (owner, or a tree node folding a partner j):  ``atomic_poll(flags[j] == epoch)`` with
+      acquire at gpu/agent scope (CDNA: ``buffer_inv sc1`` after the load, so no stale L2/L1
+      line of the partial survives), then a CTA barrier so every thread's partial loads come
+      after the acquire; the partial is loaded ``.cg`` (L2, never a stale L1 line).
+  epoch: the launcher passes a new ``sk_epoch`` per launch, so flags need no memset; a flag left
+      by an earlier launch (or poisoned) never equals the current epoch.
+Forward progress: a CTA's only non-owner segment is its first one, and it publishes it before
+it waits on anything; every wait targets a higher-index SK CTA. So the highest-index SK CTA
+never waits, and by induction every CTA finishes, provided the SK CTAs are co-resident (the
+default linear/tree pool is one CTA per CU/SM, and dp_sk launches the SK CTAs first).
+"""
+
+import triton
+import triton.language as tl
+
+FLAGS_PER_CTA = 1  # the publish protocol above: one flag per SK CTA, set after a CTA barrier
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared device code
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _tile_origin(tile, G, K, NG, BM: tl.constexpr, BN: tl.constexpr):
+    m_tiles_per_group = tl.cdiv(K, BM)
+    n_tiles = tl.cdiv(NG, BN)
+    mt = tile // n_tiles
+    g = mt // m_tiles_per_group
+    m0 = (mt % m_tiles_per_group) * BM
+    n0 = (tile % n_tiles) * BN
+    return g, m0, n0
+
+
+@triton.jit
+def _mac(
+    acc, dy, x, g, m0, n0, it_begin, it_end,
+    N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr,
+    POINTWISE: tl.constexpr, VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """acc += the tile's MAC iterations [it_begin, it_end)."""
+    NG = Z * Y * X * C
+    KG = N * Do * Ho * Wo
+    GC = G * C
+    GK = G * K
+    # -- columns: (z, y, x, c), once per tile --------------------------------------------------
+    offs_n = n0 + tl.arange(0, BN)
+    n_ok = offs_n < NG
+    nn = tl.minimum(offs_n, NG - 1)
+    c = nn % C
+    tap = nn // C
+    kx = tap % X
+    ky = (tap // X) % Y
+    kz = tap // (X * Y)
+    tap_h = ky * dil_h
+    tap_w = kx * dil_w
+    tap_d = kz * dil_d
+    if POINTWISE:
+        col_off = g * C + c
+    else:
+        col_off = ((tap_d * Hi + tap_h) * Wi + tap_w) * GC + g * C + c
+    col_off = tl.max_contiguous(tl.multiple_of(col_off, VEC_C), VEC_C)
+    # -- dy columns: output channels --------------------------------------------------------------
+    offs_m = m0 + tl.arange(0, BM)
+    m_ok = offs_m < K
+    dy_col = g * K + tl.minimum(offs_m, K - 1)
+    dy_col = tl.max_contiguous(tl.multiple_of(dy_col, VEC_K), VEC_K)
+    for it in range(it_begin, it_end):
+        offs_r = it * BK + tl.arange(0, BK)
+        r_ok = offs_r < KG
+        r = tl.minimum(offs_r, KG - 1)
+        # dy rows are the flattened (n, do, ho, wo) reduction index itself.
+        a = tl.load(dy + r[None, :] * GK + dy_col[:, None], mask=m_ok[:, None] & r_ok[None, :], other=0.0)
+        if POINTWISE:
+            b_mask = r_ok[:, None] & n_ok[None, :]
+            b = tl.load(x + r[:, None] * GC + col_off[None, :], mask=b_mask, other=0.0)
+        else:
+            wo = r % Wo
+            t = r // Wo
+            ho = t % Ho
+            t = t // Ho
+            h0 = ho * stride_h - pad_h
+            w0 = wo * stride_w - pad_w
+            hi = h0[:, None] + tap_h[None, :]
+            wi = w0[:, None] + tap_w[None, :]
+            b_mask = (hi >= 0) & (hi < Hi) & (wi >= 0) & (wi < Wi)
+            if IS_3D:
+                do_ = t % Do
+                nb = t // Do
+                d0 = do_ * stride_d - pad_d
+                di = d0[:, None] + tap_d[None, :]
+                b_mask = b_mask & (di >= 0) & (di < Di)
+                row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
+            else:
+                row_off = (t * Hi + h0) * Wi + w0
+            b_mask = b_mask & r_ok[:, None] & n_ok[None, :]
+            b = tl.load(x + (row_off * GC)[:, None] + col_off[None, :], mask=b_mask, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    return acc
+
+
+@triton.jit
+def _dw_offsets(g, m0, n0, K, NG, BM: tl.constexpr, BN: tl.constexpr, VEC_C: tl.constexpr):
+    offs_m = m0 + tl.arange(0, BM)
+    offs_n = n0 + tl.arange(0, BN)
+    mask = (offs_m < K)[:, None] & (offs_n < NG)[None, :]
+    row = (g * K + tl.minimum(offs_m, K - 1)) * NG
+    col = tl.max_contiguous(tl.multiple_of(tl.minimum(offs_n, NG - 1), VEC_C), VEC_C)
+    return row[:, None] + col[None, :], mask
+
+
+@triton.jit
+def _slot_offsets(BM: tl.constexpr, BN: tl.constexpr):
+    return tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+
+
+@triton.jit
+def _sk_cta_of(it, sk_begin, sk_iters_per_cta, sk_extra_iters):
+    """The SK CTA whose range holds global iteration ``it`` (inverse of the partition)."""
+    rel = it - sk_begin
+    boundary = sk_extra_iters * (sk_iters_per_cta + 1)
+    return tl.where(
+        rel < boundary,
+        rel // (sk_iters_per_cta + 1),
+        sk_extra_iters + (rel - boundary) // sk_iters_per_cta,
+    )
+
+
+@triton.jit
+def _publish(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr):
+    tl.store(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), acc)
+    tl.debug_barrier()
+    tl.atomic_store(sk_flags + cta, sk_epoch, sem="release", scope="gpu")
+
+
+@triton.jit
+def _fold(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr):
+    tl.atomic_poll(sk_flags + cta, sk_epoch, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+    return acc + tl.load(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), cache_modifier=".cg")
+
+
+# ---------------------------------------------------------------------------------------------
+# Split-K: grid = num_tiles * ks_count, split-major (CTAs of one split share the same rows of
+# dy and x, so they meet in L2).
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def wgrad_splitk(
+    dy, x, dw,
+    N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    ws_ptr, ws_bytes, ks_iters, ks_count,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
+    VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
+):  # fmt: skip
+    NG = Z * Y * X * C
+    num_tiles = G * tl.cdiv(K, BM) * tl.cdiv(NG, BN)
+    iters_per_tile = tl.cdiv(N * Do * Ho * Wo, BK)
+    pid = tl.program_id(0)
+    tile = pid % num_tiles
+    split = pid // num_tiles
+    it0 = split * ks_iters
+    it1 = tl.minimum(it0 + ks_iters, iters_per_tile)
+    g, m0, n0 = _tile_origin(tile, G, K, NG, BM, BN)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    acc = _mac(
+        acc, dy, x, g, m0, n0, it0, it1,
+        N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+        stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION,
+    )  # fmt: skip
+    offs, mask = _dw_offsets(g, m0, n0, K, NG, BM, BN, VEC_C)
+    if VARIANT == "direct":
+        tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
+    elif VARIANT == "atomic":
+        tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
+    else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
+        tl.store(ws_ptr + split * (G * K * NG) + offs, acc, mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream-K
+# ---------------------------------------------------------------------------------------------
+@triton.jit
+def _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, whole, BM: tl.constexpr, BN: tl.constexpr,
+                VEC_C: tl.constexpr, VARIANT: tl.constexpr):  # fmt: skip
+    """Write a finished tile (linear/tree/DP), or fold a segment in (atomic/workspace).
+    ``whole``: this CTA computed the whole tile, so a plain store is exact."""
+    offs, mask = _dw_offsets(g, m0, n0, K, NG, BM, BN, VEC_C)
+    if VARIANT == "atomic":
+        if whole:
+            tl.store(dw + offs, acc, mask=mask)
+        else:
+            tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
+    elif VARIANT == "workspace":
+        if whole:
+            tl.store(ws_ptr + offs, acc, mask=mask)
+        else:
+            tl.atomic_add(ws_ptr + offs, acc, mask=mask, sem="relaxed")
+    else:
+        tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def wgrad_streamk(
+    dy, x, dw,
+    N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    ws_ptr, ws_bytes, ks_iters, ks_count,
+    sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
+    VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
+    MODE: tl.constexpr,
+):  # fmt: skip
+    """atomic / workspace reductions: no CTA waits on another."""
+    _streamk_body(
+        dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+        stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+        ws_ptr, dw, dw, 0,
+        sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE,
+    )  # fmt: skip
+
+
+@triton.jit
+def wgrad_streamk_fixup(
+    dy, x, dw,
+    N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    ws_ptr, ws_bytes, ks_iters, ks_count,
+    sk_flags, sk_partials,
+    sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
+    sk_epoch,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
+    VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
+    MODE: tl.constexpr,
+):  # fmt: skip
+    """linear / tree reductions: partial tiles handed over through flags (deterministic)."""
+    _streamk_body(
+        dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+        stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+        ws_ptr, sk_flags, sk_partials, sk_epoch,
+        sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE,
+    )  # fmt: skip
+
+
+@triton.jit
+def _streamk_body(
+    dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    ws_ptr, sk_flags, sk_partials, sk_epoch,
+    sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
+    VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
+    MODE: tl.constexpr,
+):  # fmt: skip
+    NG = Z * Y * X * C
+    ipt = sk_iters_per_tile
+    pid = tl.program_id(0)
+    # -- which SK CTA this is (or -1), and the DP tiles it runs ----------------------------------
+    if MODE == "dp_sk":
+        # SK CTAs first, then one CTA per DP tile.
+        sk_cta = tl.where(pid < sk_ctas, pid, -1)
+        dp_first = tl.where(pid < sk_ctas, sk_dp_tiles, pid - sk_ctas)
+        dp_step = sk_dp_tiles + 1  # at most one DP tile per CTA
+    else:
+        # persistent: CTA p runs DP tiles p, p + pool, ... then its SK range.
+        sk_cta = tl.where(pid < sk_ctas, pid, -1)
+        dp_first = pid
+        dp_step = sk_pool
+    for tile in range(dp_first, sk_dp_tiles, dp_step):
+        g, m0, n0 = _tile_origin(tile, G, K, NG, BM, BN)
+        acc = tl.zeros([BM, BN], dtype=tl.float32)
+        acc = _mac(
+            acc, dy, x, g, m0, n0, 0, ipt,
+            N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+            stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+            BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION,
+        )  # fmt: skip
+        _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
+    if sk_cta >= 0:
+        sk_begin = sk_dp_tiles * ipt
+        start = sk_begin + sk_cta * sk_iters_per_cta + tl.minimum(sk_cta, sk_extra_iters)
+        end = start + sk_iters_per_cta + tl.where(sk_cta < sk_extra_iters, 1, 0)
+        it = start
+        while it < end:
+            tile = it // ipt
+            tile_start = tile * ipt
+            tile_end = tile_start + ipt
+            seg_end = tl.minimum(end, tile_end)
+            g, m0, n0 = _tile_origin(tile, G, K, NG, BM, BN)
+            acc = tl.zeros([BM, BN], dtype=tl.float32)
+            acc = _mac(
+                acc, dy, x, g, m0, n0, it - tile_start, seg_end - tile_start,
+                N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+                stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+                BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION,
+            )  # fmt: skip
+            is_owner = it == tile_start
+            if VARIANT == "linear":
+                if is_owner:
+                    last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
+                    for peer in range(sk_cta + 1, last + 1):
+                        acc = _fold(sk_flags, sk_partials, peer, acc, sk_epoch, BM, BN)
+                    _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
+                else:
+                    _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN)
+            elif VARIANT == "tree":
+                owner = _sk_cta_of(tile_start, sk_begin, sk_iters_per_cta, sk_extra_iters)
+                last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
+                local = sk_cta - owner
+                count = last - owner + 1
+                active = True
+                for rnd in range(0, sk_tree_rounds):
+                    stride = 1 << rnd
+                    if active:
+                        if local % (2 * stride) == 0:
+                            if local + stride < count:
+                                acc = _fold(sk_flags, sk_partials, sk_cta + stride, acc, sk_epoch, BM, BN)
+                        else:
+                            # local % (2 * stride) == stride: hand the running sum up and leave.
+                            _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN)
+                            active = False
+                if is_owner:
+                    _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
+            else:
+                whole = is_owner & (seg_end == tile_end)
+                _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, whole, BM, BN, VEC_C, VARIANT)
+            it = seg_end
+
+
+def constexprs(spec) -> dict:
+    c = {
+        "BM": spec.bm,
+        "BN": spec.bn,
+        "BK": spec.bk,
+        "IS_3D": spec.spatial_dims == 3,
+        "POINTWISE": spec.pointwise,
+        "VEC_C": spec.vec_c,
+        "VEC_K": spec.vec_k,
+        "INPUT_PRECISION": spec.precision or "ieee",
+        "VARIANT": spec.variant,
+    }
+    if spec.family == "wgrad_sk":
+        c["MODE"] = spec.mode
+    return c
+
+
+def kernel_for(spec):
+    if spec.family == "wgrad":
+        return wgrad_splitk
+    if spec.variant in ("linear", "tree"):
+        return wgrad_streamk_fixup
+    return wgrad_streamk

@@ -1,0 +1,157 @@
+"""The compile-time spec of one code object, its readable label, and what launch shapes it takes.
+
+Everything else (the problem shape, groups, the pool, ks_count) is a kernarg, so one binary
+serves any problem that ``KernelSpec.check_problem`` admits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, ConvProblem
+from skwgrad.abi.kernargs import FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, declaration
+from skwgrad.abi.streamk import MODES
+from skwgrad.errors import AbiError
+
+PRECISIONS = ("ieee", "tf32")
+
+
+@dataclass(frozen=True, order=True)
+class KernelSpec:
+    family: str  # "wgrad" | "wgrad_sk" | "stage2"
+    variant: str  # wgrad: direct|atomic|two_stage; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce
+    dtype: str  # input dtype (x, dy); for stage2 unused and equal to dw_dtype
+    dw_dtype: str
+    spatial_dims: int = 2
+    pointwise: bool = False  # 1x1, stride 1, no padding: x is addressed as a plain matrix
+    vec_c: int = 1  # the kernel assumes C % vec_c == 0 (vector width of x / dW rows)
+    vec_k: int = 1  # the kernel assumes K % vec_k == 0 (vector width of dy rows)
+    bm: int = 0
+    bn: int = 0
+    bk: int = 0
+    num_warps: int = 4
+    num_stages: int = 2
+    mode: str = ""  # wgrad_sk only: dp_sk | persistent
+    precision: str = ""  # fp32 input only: ieee | tf32
+    block: int = 0  # stage2 only: elements per CTA
+
+    def __post_init__(self):
+        self.validate()
+
+    # -- rules ------------------------------------------------------------------------------
+    def validate(self):
+        bad = lambda msg: AbiError(f"invalid kernel spec ({self.label_unchecked()}): {msg}")  # noqa: E731
+        declaration(self.family, self.variant)  # family/variant known
+        if self.dtype not in DTYPES or self.dw_dtype not in DTYPES:
+            raise bad(f"dtypes must be among {', '.join(DTYPES)}")
+        if self.family == "stage2":
+            if self.dtype != self.dw_dtype:
+                raise bad("stage2 has one dtype: the dW dtype")
+            if self.block <= 0 or self.block & (self.block - 1):
+                raise bad("stage2 block must be a power of two")
+            return
+        if self.dw_dtype not in (self.dtype, "fp32"):
+            raise bad("dW is the input dtype or fp32")
+        if self.spatial_dims not in (2, 3):
+            raise bad("spatial_dims is 2 or 3")
+        if self.variant == "atomic" and self.dw_dtype != "fp32":
+            raise bad("the atomic reduction accumulates into dW, which must be fp32")
+        for name in ("bm", "bn", "bk"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise bad(f"{name} must be a power of two >= 16")
+        widest = 16 // DTYPE_BYTES[self.dtype]
+        for name in ("vec_c", "vec_k"):
+            v = getattr(self, name)
+            if v <= 0 or v & (v - 1) or v > widest:
+                raise bad(f"{name} must be a power of two <= {widest} (16-byte loads)")
+        if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+            raise bad("num_warps is 1, 2, 4, 8 or 16 and num_stages >= 1")
+        if self.family == "wgrad_sk":
+            if self.mode not in MODES:
+                raise bad(f"stream-K mode must be one of {', '.join(MODES)}")
+            if self.variant not in SK_REDUCTIONS:
+                raise bad(f"stream-K reduction must be one of {', '.join(SK_REDUCTIONS)}")
+        else:
+            if self.mode:
+                raise bad("only wgrad_sk kernels have a stream-K mode")
+            if self.variant not in SPLITK_EPILOGUES:
+                raise bad(f"split-K epilogue must be one of {', '.join(SPLITK_EPILOGUES)}")
+        if (self.dtype == "fp32") != bool(self.precision):
+            raise bad("fp32 input needs a precision (ieee or tf32); other dtypes none")
+        if self.precision and self.precision not in PRECISIONS:
+            raise bad(f"precision must be one of {', '.join(PRECISIONS)}")
+
+    # -- identity ---------------------------------------------------------------------------
+    def label_unchecked(self) -> str:
+        if self.family == "stage2":
+            return f"stage2_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
+        dt = self.dtype + (self.precision if self.precision else "")
+        if self.dw_dtype != self.dtype:
+            dt += f"_dw{self.dw_dtype}"
+        parts = [
+            self.family,
+            dt,
+            f"{self.spatial_dims}d" + ("pw" if self.pointwise else ""),
+            f"v{self.vec_c}v{self.vec_k}",
+            f"{self.bm}x{self.bn}x{self.bk}",
+            f"w{self.num_warps}s{self.num_stages}",
+        ]
+        if self.family == "wgrad_sk":
+            parts.append(self.mode.replace("_", ""))
+        parts.append(self.variant)
+        return "_".join(parts)
+
+    @property
+    def label(self) -> str:
+        """e.g. ``wgrad_sk_bf16_2d_v8v8_128x128x64_w8s2_dpsk_linear``. Never names pool or ks_count."""
+        return self.label_unchecked()
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelSpec":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise AbiError(f"kernel spec has unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+    # -- launch shapes ----------------------------------------------------------------------
+    @property
+    def kernarg_decl(self):
+        return declaration(self.family, self.variant)
+
+    def check_problem(self, p: ConvProblem) -> None:
+        """Refuse a launch shape that differs from what this kernel baked in."""
+        if self.family == "stage2":
+            if p.dw_dtype != self.dw_dtype:
+                raise AbiError(f"{self.label} reduces into {self.dw_dtype}; the problem's dW is {p.dw_dtype}")
+            return
+        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
+            raise AbiError(
+                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
+                f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        if p.spatial_dims != self.spatial_dims:
+            raise AbiError(f"{self.label} is a {self.spatial_dims}-D kernel; the problem is {p.spatial_dims}-D")
+        if self.pointwise and not p.is_pointwise:
+            raise AbiError(
+                f"{self.label} addresses x as a plain matrix (1x1, stride 1, no padding); "
+                f"the problem has a {p.z}x{p.y}x{p.x} filter, stride {p.stride}, padding {p.pad_lo}/{p.pad_hi}"
+            )
+        if p.c % self.vec_c:
+            raise AbiError(
+                f"{self.label} loads x and stores dW {self.vec_c} channels at a time; "
+                f"C per group = {p.c} is not a multiple of {self.vec_c}"
+            )
+        if p.k % self.vec_k:
+            raise AbiError(
+                f"{self.label} loads dy {self.vec_k} channels at a time; "
+                f"K per group = {p.k} is not a multiple of {self.vec_k}"
+            )
