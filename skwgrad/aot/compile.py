@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
-from skwgrad.aot.kernels import FLAGS_PER_CTA, kernel_for
+from skwgrad.aot.kernels import flags_per_cta, kernel_for
 from skwgrad.aot.spec import KernelSpec
 from skwgrad.errors import AbiError
 
@@ -41,7 +41,12 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
     from triton.compiler import ASTSource
 
     target = get_arch(arch)
-    fn, consts = kernel_for(spec)
+    if arch == "gfx950" and spec.precision == "tf32":
+        raise AbiError(
+            f"{spec.label}: gfx950 has no TF32 matrix instructions (CDNA4 dropped xf32); "
+            f"build fp32 kernels for gfx950 with precision 'ieee'"
+        )
+    fn, consts = kernel_for(spec, target.wave_size)
     decl = spec.kernarg_decl
     signature = decl.triton_signature(spec.dtype, spec.dw_dtype)
     signature.update({name: "constexpr" for name in consts})
@@ -88,7 +93,7 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
             "size": size,
             "tail_pointers": tail,
         },
-        "flags_per_cta": FLAGS_PER_CTA if spec.variant in ("linear", "tree") else 0,
+        "flags_per_cta": flags_per_cta(spec, target.wave_size),
         "compiler": compiler_identity(),
         "compile_seconds": round(seconds, 3),
         "amd": amd,

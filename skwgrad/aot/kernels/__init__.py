@@ -10,8 +10,8 @@ from pathlib import Path
 from skwgrad.abi.kernargs import ABI_VERSION, declaration
 from skwgrad.aot.kernels import stage2, wgrad
 
-FLAGS_PER_CTA = wgrad.FLAGS_PER_CTA
-_SOURCES = sorted(Path(__file__).parent.glob("*.py"))
+# The kernel sources and the ABI declaration both decide what a code object does.
+_SOURCES = sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).parents[2] / "abi" / "kernargs.py"]
 
 # (family, variant) -> jit function; what each must take, in order, before its constexprs.
 _KERNELS = {
@@ -23,7 +23,13 @@ _KERNELS = {
 
 
 def _runtime_params(fn) -> list[str]:
-    return [p.name for p in fn.params if not p.is_constexpr]
+    if hasattr(fn, "params"):  # JITFunction
+        return [p.name for p in fn.params if not p.is_constexpr]
+    import inspect  # InterpretedFunction (TRITON_INTERPRET=1)
+
+    import triton.language as tl
+
+    return [p.name for p in inspect.signature(fn.fn).parameters.values() if p.annotation is not tl.constexpr]
 
 
 for (_family, _variant), _fn in _KERNELS.items():
@@ -33,11 +39,18 @@ for (_family, _variant), _fn in _KERNELS.items():
         raise ImportError(f"{_fn.__name__} parameters {_have} differ from the {_family}/{_variant} ABI {_want}")
 
 
-def kernel_for(spec):
-    """(jit function, constexpr values) for a ``KernelSpec``."""
+def kernel_for(spec, wave_size: int):
+    """(jit function, constexpr values) for a ``KernelSpec`` on a target of ``wave_size`` lanes."""
     fn = _KERNELS[(spec.family, spec.variant)]
-    consts = stage2.constexprs(spec) if spec.family == "stage2" else wgrad.constexprs(spec)
+    consts = stage2.constexprs(spec) if spec.family == "stage2" else wgrad.constexprs(spec, wave_size)
     return fn, consts
+
+
+def flags_per_cta(spec, wave_size: int) -> int:
+    """Flags each SK CTA of this kernel publishes (0: the kernel uses no flags)."""
+    if spec.family == "wgrad_sk" and spec.variant in ("linear", "tree"):
+        return wgrad.flags_per_cta(spec.num_warps * wave_size)
+    return 0
 
 
 def source_hash() -> str:

@@ -11,17 +11,18 @@ is one decomposition of BK row indices; columns are decomposed once per tile. Ro
 past the end are clamped to the last valid index (and masked), so every address stays inside its
 tensor and 32-bit offsets are enough (``skwgrad.abi.conv`` refuses tensors of 2**31 elements).
 
-Stream-K flag protocol (linear and tree; one flag per SK CTA, FLAGS_PER_CTA = 1):
-  publish (contributor c):  every thread stores its part of the f32 partial tile to slot c;
-      ``debug_barrier`` (CTA barrier: all of the CTA's stores happen-before what follows);
-      one release store ``flags[c] = epoch`` at gpu/agent scope. Release is cumulative, so it
-      orders the whole CTA's partial stores before the flag. On CDNA the agent-scope release
-      lowers to ``buffer_wbl2`` + ``s_waitcnt`` before the flag store (the partials leave the
-      XCD's L2); on Hopper to ``fence.acq_rel.gpu`` / ``st.release.gpu``.
-  wait (owner, or a tree node folding a partner j):  ``atomic_poll(flags[j] == epoch)`` with
-      acquire at gpu/agent scope (CDNA: ``buffer_inv sc1`` after the load, so no stale L2/L1
-      line of the partial survives), then a CTA barrier so every thread's partial loads come
-      after the acquire; the partial is loaded ``.cg`` (L2, never a stale L1 line).
+Stream-K flag protocol (linear and tree): one flag per (SK CTA, thread), FLAGS_PER_CTA =
+NUM_THREADS (num_warps x wave size, recorded in the code object's metadata).
+  publish (contributor c):  every thread stores its part of the f32 partial tile to slot c, then
+      does its own release store ``flags[c][lane] = epoch`` at gpu/agent scope. Each thread thus
+      releases exactly the stores it made; nothing rests on a CTA barrier being cumulative
+      (on CDNA a workgroup barrier does not wait for other waves' stores to reach L2, so one
+      thread's ``buffer_wbl2`` could miss them). CDNA lowers each release to ``buffer_wbl2 sc1``
+      + ``s_waitcnt vmcnt(0)`` before the flag store; Hopper to ``fence.acq_rel.gpu`` (one per warp).
+  wait (owner, or a tree node folding partner j):  every thread polls one of j's flags for
+      ``== epoch`` with acquire at gpu/agent scope (CDNA: ``buffer_inv sc1`` after the load), and
+      the CTA waits until all polls succeed (``atomic_poll`` waits for the whole block, and a CTA
+      barrier follows). Only then is slot j read, ``.cg`` (from L2, never a stale L1 line).
   epoch: the launcher passes a new ``sk_epoch`` per launch, so flags need no memset; a flag left
       by an earlier launch (or poisoned) never equals the current epoch.
 Forward progress: a CTA's only non-owner segment is its first one, and it publishes it before
@@ -33,7 +34,11 @@ default linear/tree pool is one CTA per CU/SM, and dp_sk launches the SK CTAs fi
 import triton
 import triton.language as tl
 
-FLAGS_PER_CTA = 1  # the publish protocol above: one flag per SK CTA, set after a CTA barrier
+
+
+def flags_per_cta(num_threads: int) -> int:
+    """Flags one SK CTA publishes (the protocol above: one per thread)."""
+    return num_threads
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,15 +152,25 @@ def _sk_cta_of(it, sk_begin, sk_iters_per_cta, sk_extra_iters):
 
 
 @triton.jit
-def _publish(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr):
-    tl.store(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), acc)
-    tl.debug_barrier()
-    tl.atomic_store(sk_flags + cta, sk_epoch, sem="release", scope="gpu")
+def _lane_flags(sk_flags, cta, NUM_THREADS: tl.constexpr):
+    # One flag per thread. Contiguity 1 keeps one element per thread: a vectorised layout would
+    # leave threads whose stores nobody releases.
+    lanes = tl.max_contiguous(tl.arange(0, NUM_THREADS), 1)
+    return sk_flags + cta * NUM_THREADS + lanes
 
 
 @triton.jit
-def _fold(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr):
-    tl.atomic_poll(sk_flags + cta, sk_epoch, sem="acquire", scope="gpu")
+def _publish(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr,
+             NUM_THREADS: tl.constexpr):  # fmt: skip
+    tl.store(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), acc)
+    epoch = tl.full([NUM_THREADS], sk_epoch, tl.int32)
+    tl.atomic_store(_lane_flags(sk_flags, cta, NUM_THREADS), epoch, sem="release", scope="gpu")
+
+
+@triton.jit
+def _fold(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr,
+          NUM_THREADS: tl.constexpr):  # fmt: skip
+    tl.atomic_poll(_lane_flags(sk_flags, cta, NUM_THREADS), sk_epoch, sem="acquire", scope="gpu")
     tl.debug_barrier()
     return acc + tl.load(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), cache_modifier=".cg")
 
@@ -230,7 +245,7 @@ def wgrad_streamk(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr,
 ):  # fmt: skip
     """atomic / workspace reductions: no CTA waits on another."""
     _streamk_body(
@@ -238,7 +253,7 @@ def wgrad_streamk(
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
         ws_ptr, dw, dw, 0,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS,
     )  # fmt: skip
 
 
@@ -253,7 +268,7 @@ def wgrad_streamk_fixup(
     sk_epoch,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr,
 ):  # fmt: skip
     """linear / tree reductions: partial tiles handed over through flags (deterministic)."""
     _streamk_body(
@@ -261,7 +276,7 @@ def wgrad_streamk_fixup(
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
         ws_ptr, sk_flags, sk_partials, sk_epoch,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS,
     )  # fmt: skip
 
 
@@ -273,7 +288,7 @@ def _streamk_body(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr,
 ):  # fmt: skip
     NG = Z * Y * X * C
     ipt = sk_iters_per_tile
@@ -322,10 +337,10 @@ def _streamk_body(
                 if is_owner:
                     last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
                     for peer in range(sk_cta + 1, last + 1):
-                        acc = _fold(sk_flags, sk_partials, peer, acc, sk_epoch, BM, BN)
+                        acc = _fold(sk_flags, sk_partials, peer, acc, sk_epoch, BM, BN, NUM_THREADS)
                     _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
                 else:
-                    _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN)
+                    _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN, NUM_THREADS)
             elif VARIANT == "tree":
                 owner = _sk_cta_of(tile_start, sk_begin, sk_iters_per_cta, sk_extra_iters)
                 last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
@@ -337,10 +352,10 @@ def _streamk_body(
                     if active:
                         if local % (2 * stride) == 0:
                             if local + stride < count:
-                                acc = _fold(sk_flags, sk_partials, sk_cta + stride, acc, sk_epoch, BM, BN)
+                                acc = _fold(sk_flags, sk_partials, sk_cta + stride, acc, sk_epoch, BM, BN, NUM_THREADS)
                         else:
                             # local % (2 * stride) == stride: hand the running sum up and leave.
-                            _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN)
+                            _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN, NUM_THREADS)
                             active = False
                 if is_owner:
                     _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
@@ -350,7 +365,7 @@ def _streamk_body(
             it = seg_end
 
 
-def constexprs(spec) -> dict:
+def constexprs(spec, wave_size: int) -> dict:
     c = {
         "BM": spec.bm,
         "BN": spec.bn,
@@ -364,12 +379,6 @@ def constexprs(spec) -> dict:
     }
     if spec.family == "wgrad_sk":
         c["MODE"] = spec.mode
+        c["NUM_THREADS"] = spec.num_warps * wave_size
     return c
 
-
-def kernel_for(spec):
-    if spec.family == "wgrad":
-        return wgrad_splitk
-    if spec.variant in ("linear", "tree"):
-        return wgrad_streamk_fixup
-    return wgrad_streamk

@@ -1,0 +1,518 @@
+"""Kernel proof on an NVIDIA GPU: numerics of every family/mode/reduction, determinism of the
+linear/tree fixups, and timings vs split-K and cuDNN over the corpus.
+
+Two steps, so the GPU machine never compiles:
+  here (CPU):  python benchmarks/gpu_kernels.py build --out .device/kernels
+  GPU machine: python benchmarks/gpu_kernels.py check --kernels .device/kernels --out DIR
+               python benchmarks/gpu_kernels.py bench --kernels .device/kernels --corpus tests/data/wgrad_shapes.csv --out DIR
+
+The launch path is skwgrad's own: ``launch_geometry`` for grid/partition/workspace and the ABI
+``Packer`` for the kernarg block, passed to ``cuLaunchKernel`` slot by slot. Tensors and memsets
+go through torch, which is also the cuDNN baseline. References are float64 numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from skwgrad.abi.conv import parse_problem, read_corpus  # noqa: E402
+from skwgrad.abi.kernargs import Packer  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
+from skwgrad.abi.streamk import default_pool  # noqa: E402
+from skwgrad.aot.spec import KernelSpec  # noqa: E402
+
+SK = [(m, r) for m in ("dp_sk", "persistent") for r in ("linear", "tree", "workspace")]
+SPLITK = ("direct", "two_stage")
+
+
+def _tiles():
+    # (bm, bn, bk, warps, stages)
+    return [
+        (64, 128, 64, 4, 3),
+        (128, 128, 64, 8, 3),
+        (64, 256, 64, 8, 3),
+        (128, 256, 64, 8, 3),
+        (64, 64, 64, 4, 4),
+        (128, 64, 64, 4, 4),
+    ]
+
+
+def build_specs() -> list[KernelSpec]:
+    specs = set()
+
+    def fam(dtype, dw, tile, *, sd=2, pw=False, vc=8, vk=8, prec="", variants=True):
+        bm, bn, bk, w, s = tile
+        base = dict(dtype=dtype, dw_dtype=dw, spatial_dims=sd, pointwise=pw, vec_c=vc, vec_k=vk,
+                    bm=bm, bn=bn, bk=bk, num_warps=w, num_stages=s, precision=prec)  # fmt: skip
+        for v in SPLITK:
+            if v == "direct" or variants:
+                specs.add(KernelSpec("wgrad", v, **base))
+        if variants:
+            for m, r in SK:
+                specs.add(KernelSpec("wgrad_sk", r, mode=m, **base))
+
+    for t in _tiles():
+        fam("bf16", "bf16", t)
+    for t in _tiles()[:2]:
+        fam("bf16", "bf16", t, pw=True)
+        fam("bf16", "bf16", t, sd=3)
+        fam("fp16", "fp16", t)
+        fam("bf16", "bf16", t, vc=4, vk=4)
+    for t in [(64, 64, 32, 4, 3), (128, 64, 32, 4, 3)]:
+        fam("fp32", "fp32", t, vc=4, vk=4, prec="tf32")
+    fam("fp32", "fp32", (64, 64, 32, 4, 3), vc=4, vk=4, prec="ieee")
+    # grouped / depthwise: the generic kernel, small M tiles (a tile is mostly padding there)
+    for t in [(16, 64, 64, 4, 3), (16, 128, 64, 4, 3)]:
+        fam("bf16", "bf16", t)
+    for t in [(16, 16, 128, 4, 3), (16, 64, 64, 4, 3)]:
+        fam("bf16", "bf16", t, vc=1, vk=1)
+    fam("bf16", "bf16", (16, 16, 128, 4, 3), vc=1, vk=1, sd=3)
+    # fp32-dW kernels: the atomic reductions
+    for base in [dict(dtype="bf16", vec_c=8, vec_k=8), dict(dtype="bf16", vec_c=1, vec_k=1, spatial_dims=3)]:
+        kw = dict(dw_dtype="fp32", bm=64, bn=128, bk=64, num_warps=4, num_stages=3, **base)
+        specs.add(KernelSpec("wgrad", "atomic", **kw))
+        specs.add(KernelSpec("wgrad", "direct", **kw))
+        for m in ("dp_sk", "persistent"):
+            specs.add(KernelSpec("wgrad_sk", "atomic", mode=m, **kw))
+            specs.add(KernelSpec("wgrad_sk", "workspace", mode=m, **kw))
+    for dt in ("bf16", "fp16", "fp32"):
+        specs.add(KernelSpec("stage2", "reduce", dt, dt, block=STAGE2_BLOCK, num_warps=4))
+    return sorted(specs)
+
+
+def _compile_one(args):
+    spec, out = args
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from skwgrad.aot.compile import compile_spec
+
+    path = Path(out) / f"{spec.label}.json"
+    if path.exists():
+        return spec.label, "cached"
+    try:
+        ck = compile_spec(spec, "sm_90")
+    except Exception as e:  # record and go on
+        return spec.label, f"FAILED {type(e).__name__}: {str(e)[:300]}"
+    (Path(out) / f"{spec.label}.cubin").write_bytes(ck.binary)
+    path.write_text(json.dumps({"spec": spec.to_dict(), "metadata": ck.metadata}))
+    return spec.label, f"{ck.metadata['compile_seconds']}s"
+
+
+def cmd_build(a):
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = build_specs()
+    t0 = time.time()
+    with ProcessPoolExecutor(a.jobs) as ex:
+        for label, status in ex.map(_compile_one, [(s, str(out)) for s in specs]):
+            if status.startswith("FAILED"):
+                print(label, status)
+    print(f"{len(specs)} specs in {time.time() - t0:.0f}s")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU side
+# ---------------------------------------------------------------------------------------------
+class Runtime:
+    """The minimum of a CUDA launcher: load cubins, launch with the ABI-packed kernargs."""
+
+    def __init__(self, kernel_dir):
+        import torch
+        from cuda.bindings import driver as cu
+
+        self.torch, self.cu = torch, cu
+        torch.zeros(1, device="cuda")  # primary context, current on this thread
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.kernels = {}
+        for meta_path in sorted(Path(kernel_dir).glob("*.json")):
+            d = json.loads(meta_path.read_text())
+            spec = KernelSpec.from_dict(d["spec"])
+            self.kernels[spec] = d["metadata"] | {"_cubin": meta_path.with_suffix(".cubin")}
+        self._fn = {}
+
+    def _check(self, res, what):
+        err = res[0] if isinstance(res, tuple) else res
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"{what} failed: {err}")
+        return res[1] if isinstance(res, tuple) and len(res) > 1 else None
+
+    def function(self, spec):
+        if spec not in self._fn:
+            cu = self.cu
+            md = self.kernels[spec]
+            mod = self._check(cu.cuModuleLoadData(md["_cubin"].read_bytes()), "cuModuleLoadData")
+            fn = self._check(cu.cuModuleGetFunction(mod, md["name"].encode()), "cuModuleGetFunction")
+            if md["shared"] > 48 * 1024:
+                attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                self._check(cu.cuFuncSetAttribute(fn, attr, md["shared"]), "cuFuncSetAttribute")
+            self._fn[spec] = (fn, mod)
+        return self._fn[spec][0]
+
+    def occupancy(self, spec):
+        md = self.kernels[spec]
+        return self._check(
+            self.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function(spec), md["threads"], md["shared"]),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )
+
+    def launch(self, spec, grid, packer, buf):
+        md = self.kernels[spec]
+        fn = self.function(spec)
+        base = ctypes.addressof(buf)
+        params = (ctypes.c_void_p * len(packer.slots))(*[base + s.offset for s in packer.slots])
+        stream = self.cu.CUstream(self.torch.cuda.current_stream().cuda_stream)
+        self._check(
+            self.cu.cuLaunchKernel(fn, grid, 1, 1, md["threads"], 1, 1, md["shared"], stream, ctypes.addressof(params), 0),
+            "cuLaunchKernel",
+        )
+
+
+TORCH_DT = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+class Launch:
+    """One problem x kernel x (pool | ks_count): buffers, packed kernargs, run()."""
+
+    def __init__(self, rt, spec, problem, x, dy, *, pool=0, ks_count=1):
+        torch = rt.torch
+        self.rt, self.spec, self.p = rt, spec, problem
+        md = rt.kernels[spec]
+        self.geo = launch_geometry(
+            problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
+            pool=pool, ks_count=ks_count, flags_per_cta=md["flags_per_cta"] or None,
+        )  # fmt: skip
+        self.dw = torch.empty(problem.dw_numel, dtype=getattr(torch, TORCH_DT[problem.dw_dtype]), device="cuda")
+        self.ws = torch.zeros(max(self.geo.workspace.total_bytes, 256) // 4, dtype=torch.float32, device="cuda")
+        self.packer = Packer(spec.kernarg_decl, md["kernarg"]["tail_pointers"])
+        values = {"dy": dy.data_ptr(), "x": x.data_ptr(), "dw": self.dw.data_ptr(), **self.geo.scalars}
+        decl_names = set(spec.kernarg_decl.value_names())
+        if "ws_ptr" in decl_names:
+            values["ws_ptr"] = self.ws.data_ptr()
+        if "sk_flags" in decl_names:
+            ws = self.geo.workspace
+            values["sk_flags"] = self.ws.data_ptr() + ws.region("flags").offset
+            values["sk_partials"] = self.ws.data_ptr() + ws.region("partials").offset
+            values["sk_epoch"] = 0
+        self._bytes = self.packer.pack(values)
+        self.buf = (ctypes.c_char * self.packer.size).from_buffer(self._bytes)
+        self.epoch = 0
+        self.stage2 = None
+        if self.geo.workspace.needs_stage2:
+            s2 = KernelSpec("stage2", "reduce", problem.dw_dtype, problem.dw_dtype, block=STAGE2_BLOCK, num_warps=4)
+            p2 = Packer(s2.kernarg_decl, rt.kernels[s2]["kernarg"]["tail_pointers"])
+            self._b2 = p2.pack({"ws_ptr": self.ws.data_ptr(), "dw": self.dw.data_ptr(), **self.geo.stage2_scalars})
+            self.stage2 = (s2, p2, (ctypes.c_char * p2.size).from_buffer(self._b2))
+
+    def run(self):
+        ws = self.geo.workspace
+        if ws.zero_dw:
+            self.dw.zero_()
+        for off, nbytes in ws.zero_ranges:
+            self.ws[off // 4 : (off + nbytes) // 4].zero_()
+        if "sk_epoch" in self.packer.offsets:
+            self.epoch += 1
+            self.packer.pack_into(self._bytes, "sk_epoch", self.epoch)
+        self.rt.launch(self.spec, self.geo.grid, self.packer, self.buf)
+        if self.stage2:
+            s2, p2, b2 = self.stage2
+            self.rt.launch(s2, self.geo.stage2_grid, p2, b2)
+
+    def poison(self):
+        """NaN over dW and every workspace byte except the flags (their epoch protocol)."""
+        self.dw.fill_(float("nan"))
+        ws = self.geo.workspace
+        keep = ws.region("flags") if ws.epoch_flags else None
+        self.ws.fill_(float("nan"))
+        if keep is not None:
+            self.ws[: keep.nbytes // 4].fill_(-1)  # a poisoned flag: never equals an epoch (>= 1)
+        for off, nbytes in ws.zero_ranges:
+            self.ws[off // 4 : (off + nbytes) // 4].zero_()
+
+    def output(self):
+        return self.dw.view(*self.p.dw_shape)
+
+
+def make_inputs(rt, p, seed):
+    import numpy as np
+
+    torch = rt.torch
+    rng = np.random.default_rng(seed)
+    dt = getattr(torch, TORCH_DT[p.dtype])
+    x = torch.tensor(rng.standard_normal(p.x_shape, dtype=np.float32)).to(dt).cuda()
+    dy = torch.tensor(rng.standard_normal(p.dy_shape, dtype=np.float32)).to(dt).cuda()
+    return x, dy
+
+
+def reference(p, x, dy):
+    from skwgrad.reference import wgrad_reference
+
+    return wgrad_reference(p, x.double().cpu().numpy(), dy.double().cpu().numpy())
+
+
+def pick(rt, p, **want):
+    """Kernels admitting problem p whose spec matches ``want``."""
+    out = []
+    for spec in rt.kernels:
+        if spec.family == "stage2":
+            continue
+        if any(getattr(spec, k) != v for k, v in want.items()):
+            continue
+        try:
+            spec.check_problem(p)
+        except Exception:
+            continue
+        out.append(spec)
+    return out
+
+
+CHECK_SHAPES = [
+    # (name, problem) small shapes that exercise the partition and the geometry
+    ("dense_pad", "n=4,c=64,k=96,h=17,w=17,y=3,x=3,padding=1"),  # partial last M tile (96 % 64)
+    ("strided", "n=4,c=32,k=64,h=23,w=19,y=3,x=3,stride=2,padding=1"),
+    ("dilated", "n=3,c=32,k=40,h=20,w=20,y=3,x=3,padding=2,dilation=2"),
+    ("grouped", "n=4,c=64,k=64,g=4,h=14,w=14,y=3,x=3,padding=1"),
+    ("3d", "n=2,c=16,k=24,d=6,h=10,w=10,z=3,y=3,x=3,padding=1"),
+    ("depthwise", "n=4,c=24,k=24,g=24,h=16,w=16,y=3,x=3,padding=1"),
+    ("pointwise", "n=4,c=64,k=64,h=16,w=16,y=1,x=1"),
+    ("odd_vec4", "n=4,c=20,k=12,h=13,w=13,y=3,x=3,padding=1"),
+]
+
+
+def cmd_check(a):
+    import numpy as np
+
+    from skwgrad.reference import relative_error, tolerance
+
+    rt = Runtime(a.kernels)
+    torch = rt.torch
+    rows, failures = [], 0
+
+    def record(name, spec, launch, err, tol, extra=""):
+        nonlocal failures
+        ok = err <= tol
+        failures += not ok
+        part = launch.geo.partition
+        pinfo = (f"pool={part.pool} sk={part.sk_ctas} dp={part.dp_tiles} partners<={part.max_linear_partners}"
+                 if part else f"ks={launch.geo.ks_count}")  # fmt: skip
+        rows.append({"shape": name, "label": spec.label, "partition": pinfo, "rel_err": err, "tol": tol, "ok": ok, "note": extra})
+        print(f"{'ok ' if ok else 'BAD'} {name:<12} {spec.label:<60} {pinfo:<40} err={err:.2e} tol={tol:.0e} {extra}", flush=True)
+
+    for name, text in CHECK_SHAPES:
+        for dw_dtype in ("bf16", "fp32"):
+            p = parse_problem(text + (",dw_dtype=fp32" if dw_dtype == "fp32" else ""))
+            specs = pick(rt, p, dtype="bf16", dw_dtype=dw_dtype)
+            if not specs:
+                print(f"-- no kernel for {name} {dw_dtype}")
+                continue
+            x, dy = make_inputs(rt, p, seed=hash((name, dw_dtype)) & 0xFFFF)
+            ref = reference(p, x, dy)
+            tol = tolerance(p.dtype, p.dw_dtype)
+            for spec in specs:
+                configs = []
+                if spec.family == "wgrad":
+                    it = p.tiling(spec.bm, spec.bn, spec.bk).iters_per_tile
+                    configs = [dict(ks_count=1)] if spec.variant == "direct" else [dict(ks_count=min(3, it)), dict(ks_count=it)]
+                else:
+                    t = p.tiling(spec.bm, spec.bn, spec.bk)
+                    # small pools force 4+ contributors per tile; a pool dividing the tiles is all-DP
+                    configs = [dict(pool=max(1, min(rt.sms, t.total_iters // 5))), dict(pool=3), dict(pool=t.num_tiles)]
+                for cfg in configs:
+                    L = Launch(rt, spec, p, x, dy, **cfg)
+                    L.poison()
+                    L.run()
+                    torch.cuda.synchronize()
+                    out = L.output().double().cpu().numpy()
+                    record(name, spec, L, relative_error(out, ref), tol)
+    # fp16 / fp32 dtypes and 3-D on one shape each
+    for text, dt, prec in [("n=4,c=64,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp16", "fp16", ""),
+                           ("n=4,c=32,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp32", "fp32", "tf32"),
+                           ("n=4,c=32,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp32", "fp32", "ieee")]:  # fmt: skip
+        p = parse_problem(text)
+        x, dy = make_inputs(rt, p, seed=7)
+        ref = reference(p, x, dy)
+        for spec in pick(rt, p, dtype=dt, precision=prec):
+            cfg = dict(pool=5) if spec.family == "wgrad_sk" else dict(ks_count=1 if spec.variant == "direct" else 4)
+            L = Launch(rt, spec, p, x, dy, **cfg)
+            L.poison()
+            L.run()
+            torch.cuda.synchronize()
+            record(f"{dt}{prec}", spec, L, relative_error(L.output().double().cpu().numpy(), ref), tolerance(dt, dt, prec))
+    # one binary, several shapes
+    one = [s for s in rt.kernels if s.family == "wgrad_sk" and s.variant == "linear" and s.dtype == "bf16"
+           and s.vec_c == 8 and s.spatial_dims == 2 and not s.pointwise and (s.bm, s.bn) == (64, 128)][0]  # fmt: skip
+    for text in ["n=2,c=8,k=8,h=31,w=7,y=5,x=1,padding=2", "n=8,c=128,k=64,h=12,w=12,y=3,x=3,stride=2,padding=1",
+                 "n=1,c=16,k=200,h=40,w=40,y=1,x=3,padding=0x1"]:  # fmt: skip
+        p = parse_problem(text)
+        x, dy = make_inputs(rt, p, seed=11)
+        L = Launch(rt, one, p, x, dy, pool=rt.sms)
+        L.poison()
+        L.run()
+        torch.cuda.synchronize()
+        record("one_binary", one, L, relative_error(L.output().double().cpu().numpy(), reference(p, x, dy)), 1e-2, text)
+    # determinism: linear/tree 25 launches, dW and partials poisoned before each
+    p = parse_problem("n=8,c=64,k=96,h=28,w=28,y=3,x=3,padding=1")
+    x, dy = make_inputs(rt, p, seed=3)
+    det = []
+    for spec in pick(rt, p, dtype="bf16", dw_dtype="bf16", family="wgrad_sk"):
+        if spec.variant not in ("linear", "tree"):
+            continue
+        t = p.tiling(spec.bm, spec.bn, spec.bk)
+        L = Launch(rt, spec, p, x, dy, pool=min(rt.sms, t.total_iters // 6))
+        first, same = None, True
+        for _ in range(25):
+            L.poison()
+            L.run()
+            torch.cuda.synchronize()
+            out = L.output().clone()
+            if first is None:
+                first = out
+            elif not torch.equal(out.view(torch.int16), first.view(torch.int16)):
+                same = False
+        part = L.geo.partition
+        det.append({"label": spec.label, "launches": 25, "bit_identical": same, "max_contributors": part.max_linear_partners + 1,
+                    "tree_rounds": part.tree_rounds, "pool": part.pool})  # fmt: skip
+        failures += not same
+        print(f"{'ok ' if same else 'BAD'} determinism {spec.label} pool={part.pool} partners<={part.max_linear_partners}: {'bit-identical' if same else 'DIFFERS'} x25", flush=True)
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    Path(a.out, "check.json").write_text(json.dumps({"rows": rows, "determinism": det, "failures": failures}, indent=1))
+    print(f"check: {len(rows)} numerics rows, {len(det)} determinism rows, {failures} failures")
+    return 1 if failures else 0
+
+
+def _time(rt, fn, reps):
+    torch = rt.torch
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1000.0)
+    return statistics.median(times)
+
+
+def cmd_bench(a):
+    import numpy as np
+
+    from skwgrad.reference import relative_error
+
+    rt = Runtime(a.kernels)
+    torch = rt.torch
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    results = []
+    for name, regime, p in read_corpus(a.corpus):
+        if a.only and a.only not in name:
+            continue
+        x, dy = make_inputs(rt, p, seed=1)
+        sd = p.spatial_dims
+        perm = (0, sd + 1, *range(1, sd + 1))
+        xt = x.view(p.n, *p.x_shape[1:-2], p.g * p.c).permute(*perm)
+        dyt = dy.view(p.n, *p.dy_shape[1:-2], p.g * p.k).permute(*perm)
+        ksz = [p.z, p.y, p.x][3 - sd :]
+        w = torch.empty(p.g * p.k, p.c, *ksz, dtype=x.dtype, device="cuda")
+        st, pd, dl = list(p.stride[3 - sd :]), list(p.pad_lo[3 - sd :]), list(p.dilation[3 - sd :])
+
+        def cudnn():
+            return torch.ops.aten.convolution_backward(dyt, xt, w, None, st, pd, dl, False, [0] * sd, p.g, [False, True, False])[1]
+
+        t_cudnn = _time(rt, cudnn, a.reps)
+        # reference: float64 on the GPU through the same op (cuDNN/native double), for the rel-err column
+        ref = torch.ops.aten.convolution_backward(dyt.double(), xt.double(), w.double(), None, st, pd, dl, False, [0] * sd, p.g, [False, True, False])[1]
+        ref = ref.permute(0, *range(2, 2 + sd), 1).reshape(p.dw_shape).cpu().numpy()
+        best = {"splitk": None, "streamk": None}
+        rows = []
+        for spec in pick(rt, p, dtype=p.dtype, dw_dtype=p.dw_dtype):
+            t = p.tiling(spec.bm, spec.bn, spec.bk)
+            if spec.family == "wgrad":
+                ks_opts = [1] if spec.variant == "direct" else sorted({k for k in (2, 4, 8, 16, 32, 64, 128) if k <= t.iters_per_tile})
+                cfgs = [dict(ks_count=k) for k in ks_opts]
+            else:
+                occ = rt.occupancy(spec)
+                pools = {default_pool(rt.sms, spec.variant)}
+                if spec.variant == "workspace":
+                    pools |= {rt.sms, 2 * rt.sms}
+                pools = {pp for pp in pools if spec.variant not in ("linear", "tree") or pp <= occ * rt.sms}
+                cfgs = [dict(pool=pp) for pp in sorted(pools)]
+            for cfg in cfgs:
+                L = Launch(rt, spec, p, x, dy, **cfg)
+                L.poison()
+                L.run()
+                torch.cuda.synchronize()
+                err = relative_error(L.output().double().cpu().numpy(), ref)
+                us = _time(rt, L.run, a.reps)
+                kind = "splitk" if spec.family == "wgrad" else "streamk"
+                if L.geo.partition is not None and L.geo.partition.sk_ctas == 0:
+                    kind = "streamk_alldp"  # no SK CTAs: a DP kernel, not counted as stream-K
+                row = {"label": spec.label, "cfg": cfg, "us": us, "rel_err": err, "kind": kind}
+                rows.append(row)
+                if err > 1e-2:
+                    print(f"BAD numerics {name} {spec.label} {cfg} err={err:.2e}", flush=True)
+                    continue
+                k = kind
+                if k not in best:
+                    continue
+                if best[k] is None or us < best[k]["us"]:
+                    best[k] = row
+        res = {"name": name, "regime": regime, "gflop": p.flops / 1e9, "cudnn_us": t_cudnn, "best": best, "candidates": len(rows)}
+        results.append(res)
+        sk, sp = best["streamk"], best["splitk"]
+        fmt = lambda r: f"{r['us']:8.1f} {r['label'][:48]:<48} {json.dumps(r['cfg'])}" if r else "   -"  # noqa: E731
+        print(f"{name:<28} {regime:<18} cudnn {t_cudnn:8.1f} | splitK {fmt(sp)} | streamK {fmt(sk)}", flush=True)
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        Path(a.out, "bench.json").write_text(json.dumps(results, indent=1))
+    # summary
+    def geo(vals):
+        vals = [v for v in vals if v]
+        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else float("nan")
+
+    print("\nname                          regime             cuDNN_us  splitK_us streamK_us  best/cuDNN  SK/bestSplitK")
+    for r in results:
+        sk, sp = r["best"]["streamk"], r["best"]["splitk"]
+        bestus = min(v["us"] for v in (sk, sp) if v)
+        print(f"{r['name']:<29} {r['regime']:<18} {r['cudnn_us']:8.1f} {sp['us'] if sp else float('nan'):10.1f} "
+              f"{sk['us'] if sk else float('nan'):10.1f} {r['cudnn_us'] / bestus:10.2f} "
+              f"{(sp['us'] / sk['us']) if (sk and sp) else float('nan'):12.2f}")  # fmt: skip
+    few = [r for r in results if r["regime"] == "few_tiles_long_k"]
+    print(f"few_tiles_long_k geomean: best-of/cuDNN speed = {geo([r['cudnn_us'] / min(v['us'] for v in (r['best']['streamk'], r['best']['splitk']) if v) for r in few]):.3f}x, "
+          f"streamK/best-splitK speed = {geo([r['best']['splitk']['us'] / r['best']['streamk']['us'] for r in few if r['best']['streamk'] and r['best']['splitk']]):.3f}x")  # fmt: skip
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", required=True)
+    b.add_argument("--jobs", type=int, default=os.cpu_count())
+    c = sub.add_parser("check")
+    c.add_argument("--kernels", required=True)
+    c.add_argument("--out", required=True)
+    r = sub.add_parser("bench")
+    r.add_argument("--kernels", required=True)
+    r.add_argument("--corpus", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--reps", type=int, default=30)
+    r.add_argument("--only", default="")
+    a = ap.parse_args()
+    return {"build": cmd_build, "check": cmd_check, "bench": cmd_bench}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main() or 0)

@@ -1,0 +1,74 @@
+"""Run wgrad kernels through the Triton interpreter (TRITON_INTERPRET=1, CPU, torch tensors).
+
+Invoked by tests/test_kernels_interp.py in a subprocess, since the interpreter is chosen when
+the kernels are decorated. Reads a JSON list of cases on stdin, prints one JSON result per case.
+Only reductions where no CTA waits on another can run here: the interpreter runs CTAs one after
+another, so an owner waiting for a later CTA's flag would spin forever.
+"""
+
+import json
+import os
+import sys
+
+assert os.environ.get("TRITON_INTERPRET") == "1"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from skwgrad.abi.conv import parse_problem  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
+from skwgrad.aot.kernels import flags_per_cta, kernel_for  # noqa: E402
+from skwgrad.aot.spec import KernelSpec  # noqa: E402
+from skwgrad.reference import relative_error, tolerance, wgrad_reference  # noqa: E402
+
+WAVE = 32  # the interpreter has no lanes; any wave size gives the same numerics
+TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def run(case):
+    p = parse_problem(case["problem"])
+    spec = KernelSpec(**case["spec"])
+    spec.check_problem(p)
+    geo = launch_geometry(
+        p, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
+        pool=case.get("pool", 0), ks_count=case.get("ks_count", 1), flags_per_cta=flags_per_cta(spec, WAVE) or None,
+    )  # fmt: skip
+    rng = np.random.default_rng(case.get("seed", 0))
+    x64 = rng.standard_normal(p.x_shape)
+    dy64 = rng.standard_normal(p.dy_shape)
+    x = torch.tensor(x64).to(TORCH[p.dtype])
+    dy = torch.tensor(dy64).to(TORCH[p.dtype])
+    dw = torch.full((p.dw_numel,), float("nan"), dtype=TORCH[p.dw_dtype])  # poisoned
+    if geo.workspace.zero_dw:
+        dw.zero_()
+    ws = torch.full((max(geo.workspace.total_bytes // 4, 4),), float("nan"), dtype=torch.float32)
+    for off, nbytes in geo.workspace.zero_ranges:
+        ws[off // 4 : (off + nbytes) // 4] = 0
+    args = {"dy": dy, "x": x, "dw": dw, "ws_ptr": ws, "ws_bytes": 0, **geo.scalars}
+    fn, consts = kernel_for(spec, WAVE)
+    names = [n for n in spec.kernarg_decl.names]
+    fn[(geo.grid,)](*[args[n] for n in names], **consts)
+    if geo.workspace.needs_stage2:
+        s2 = KernelSpec("stage2", "reduce", p.dw_dtype, p.dw_dtype, block=STAGE2_BLOCK)
+        fn2, consts2 = kernel_for(s2, WAVE)
+        fn2[(geo.stage2_grid,)](ws, dw, **geo.stage2_scalars, **consts2)
+    # Rebuild the reference from the rounded inputs the kernel saw.
+    ref = wgrad_reference(p, x.to(torch.float64).numpy(), dy.to(torch.float64).numpy())
+    out = dw.to(torch.float64).numpy().reshape(p.dw_shape)
+    err = relative_error(out, ref)
+    part = geo.partition
+    return {
+        "label": spec.label,
+        "problem": case["problem"],
+        "rel_err": err,
+        "tol": tolerance(p.dtype, p.dw_dtype, spec.precision),
+        "grid": geo.grid,
+        "sk_ctas": part.sk_ctas if part else 0,
+        "dp_tiles": part.dp_tiles if part else geo.tiling.num_tiles,
+        "ks_count": geo.ks_count,
+    }
+
+
+if __name__ == "__main__":
+    for case in json.load(sys.stdin):
+        print(json.dumps(run(case)), flush=True)
