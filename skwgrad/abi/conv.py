@@ -310,9 +310,12 @@ class ConvProblem:
         """The problem in the ``--problem`` syntax (PyTorch totals)."""
         sd = self.spatial_dims
 
-        def dims(t):
+        def dims(t, per_dim=False):
             t = t if sd == 3 else t[1:]
-            return str(t[0]) if len(set(t)) == 1 else "x".join(map(str, t))
+            return str(t[0]) if len(set(t)) == 1 and not per_dim else "x".join(map(str, t))
+
+        # d=1,z=1 alone reads back as 2-D: spell the stride per dim so a 3-D problem stays 3-D.
+        flat_3d = sd == 3 and self.di == 1 and self.z == 1
 
         parts = [f"n={self.n}", f"c={self.c * self.g}", f"k={self.k * self.g}"]
         if self.g != 1:
@@ -322,7 +325,7 @@ class ConvProblem:
         parts += [f"h={self.hi}", f"w={self.wi}"]
         if sd == 3:
             parts.append(f"z={self.z}")
-        parts += [f"y={self.y}", f"x={self.x}", f"stride={dims(self.stride)}"]
+        parts += [f"y={self.y}", f"x={self.x}", f"stride={dims(self.stride, flat_3d)}"]
         if self.pad_lo == self.pad_hi:
             parts.append(f"padding={dims(self.pad_lo)}")
         else:

@@ -196,6 +196,9 @@ class Packer:
             raise AbiError(f"{self._what()}: missing kernarg(s) {', '.join(missing)}")
         unused = sorted(set(values) - names)
         if unused:
+            tail = [n for n in unused if n.startswith("_tail")]
+            if tail:
+                raise AbiError(f"{self._what()}: {', '.join(tail)} are the compiler's trailing pointers, always null; do not pass them")
             reserved = [n for n in unused if n in self._by_name]
             if reserved:
                 raise AbiError(

@@ -50,7 +50,20 @@ class KernelSpec:
                 raise bad("stage2 has one dtype: the dW dtype")
             if self.block <= 0 or self.block & (self.block - 1):
                 raise bad("stage2 block must be a power of two")
+            if self.num_warps not in (1, 2, 4, 8, 16):
+                raise bad("num_warps is 1, 2, 4, 8 or 16")
+            # The label names only dtype, block and num_warps: anything else would change the key
+            # but not the label.
+            extra = [
+                f.name for f in fields(self)
+                if f.name not in ("family", "variant", "dtype", "dw_dtype", "block", "num_warps")
+                and getattr(self, f.name) != f.default
+            ]  # fmt: skip
+            if extra:
+                raise bad(f"stage2 takes only a dtype, block and num_warps; {', '.join(extra)} must keep the default")
             return
+        if self.block:
+            raise bad("only stage2 kernels have a block size")
         if self.dw_dtype not in (self.dtype, "fp32"):
             raise bad("dW is the input dtype or fp32")
         if self.spatial_dims not in (2, 3):
