@@ -21,7 +21,10 @@ from skwgrad.aot.kernels import flags_per_cta, kernel_for  # noqa: E402
 from skwgrad.aot.spec import KernelSpec  # noqa: E402
 from skwgrad.reference import relative_error, tolerance, wgrad_reference  # noqa: E402
 
+from skwgrad.abi.arch import get_arch  # noqa: E402
+
 WAVE = 32  # the interpreter has no lanes; any wave size gives the same numerics
+TARGET = get_arch("sm_90")
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -45,12 +48,12 @@ def run(case):
     for off, nbytes in geo.workspace.zero_ranges:
         ws[off // 4 : (off + nbytes) // 4] = 0
     args = {"dy": dy, "x": x, "dw": dw, "ws_ptr": ws, "ws_bytes": 0, **geo.scalars}
-    fn, consts = kernel_for(spec, WAVE)
+    fn, consts = kernel_for(spec, TARGET)
     names = [n for n in spec.kernarg_decl.names]
     fn[(geo.grid,)](*[args[n] for n in names], **consts)
     if geo.workspace.needs_stage2:
         s2 = KernelSpec("stage2", "reduce", p.dw_dtype, p.dw_dtype, block=STAGE2_BLOCK)
-        fn2, consts2 = kernel_for(s2, WAVE)
+        fn2, consts2 = kernel_for(s2, TARGET)
         fn2[(geo.stage2_grid,)](ws, dw, **geo.stage2_scalars, **consts2)
     # Rebuild the reference from the rounded inputs the kernel saw.
     ref = wgrad_reference(p, x.to(torch.float64).numpy(), dy.to(torch.float64).numpy())

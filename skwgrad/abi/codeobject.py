@@ -52,7 +52,14 @@ def amdgpu_summary(hsaco: bytes, name: str) -> dict:
     return {
         "target": amdgpu_metadata(hsaco).get("amdhsa.target", ""),
         "kernarg_segment_size": k[".kernarg_segment_size"],
-        "args": [{"offset": a[".offset"], "size": a[".size"], "kind": a[".value_kind"]} for a in k[".args"]],
+        # Explicit kernargs only: the HIP runtime fills the hidden_* ones (work-group sizes,
+        # queue, dynamic LDS size, ...) after them, whatever way the explicit ones are passed.
+        "args": [
+            {"offset": a[".offset"], "size": a[".size"], "kind": a[".value_kind"]}
+            for a in k[".args"]
+            if not a[".value_kind"].startswith("hidden_")
+        ],
+        "hidden_args": [a[".value_kind"] for a in k[".args"] if a[".value_kind"].startswith("hidden_")],
         "lds_bytes": k[".group_segment_fixed_size"],
         "scratch_bytes": k[".private_segment_fixed_size"],
         "wavefront_size": k[".wavefront_size"],

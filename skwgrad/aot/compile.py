@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
+from skwgrad.aot.identity import COMPILER, check_build_compiler
 from skwgrad.aot.kernels import flags_per_cta, kernel_for
 from skwgrad.aot.spec import KernelSpec
 from skwgrad.errors import AbiError
@@ -31,22 +32,23 @@ class CompiledKernel:
 
 
 def compiler_identity() -> str:
-    import triton
-
-    return f"triton-{triton.__version__}"
+    """The compiler part of cache keys; building refuses any Triton but the pinned one."""
+    check_build_compiler()
+    return COMPILER
 
 
 def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> CompiledKernel:
     import triton
     from triton.compiler import ASTSource
 
+    check_build_compiler()
     target = get_arch(arch)
     if arch == "gfx950" and spec.precision == "tf32":
         raise AbiError(
             f"{spec.label}: gfx950 has no TF32 matrix instructions (CDNA4 dropped xf32); "
             f"build fp32 kernels for gfx950 with precision 'ieee'"
         )
-    fn, consts = kernel_for(spec, target.wave_size)
+    fn, consts = kernel_for(spec, target)
     decl = spec.kernarg_decl
     signature = decl.triton_signature(spec.dtype, spec.dw_dtype)
     signature.update({name: "constexpr" for name in consts})
@@ -77,7 +79,7 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
         raise AbiError(f"{spec.label} on {arch}: the object has fewer kernargs than declared")
     slots, size = decl.layout(tail)
     codeobject.check_layout([(s.offset, s.arg.size) for s in slots], actual, f"{spec.label} on {arch}")
-    if kernarg_size is not None and kernarg_size != size:
+    if kernarg_size is not None and kernarg_size < size:
         raise AbiError(f"{spec.label} on {arch}: kernarg segment is {kernarg_size} bytes, declared {size}")
     metadata = {
         "name": name,

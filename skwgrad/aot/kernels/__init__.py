@@ -4,14 +4,10 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
-from skwgrad.abi.kernargs import ABI_VERSION, declaration
+from skwgrad.abi.kernargs import declaration
+from skwgrad.aot.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
 from skwgrad.aot.kernels import stage2, wgrad
 
-# The kernel sources and the ABI declaration both decide what a code object does.
-_SOURCES = sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).parents[2] / "abi" / "kernargs.py"]
 
 # (family, variant) -> jit function; what each must take, in order, before its constexprs.
 _KERNELS = {
@@ -39,10 +35,10 @@ for (_family, _variant), _fn in _KERNELS.items():
         raise ImportError(f"{_fn.__name__} parameters {_have} differ from the {_family}/{_variant} ABI {_want}")
 
 
-def kernel_for(spec, wave_size: int):
-    """(jit function, constexpr values) for a ``KernelSpec`` on a target of ``wave_size`` lanes."""
+def kernel_for(spec, target):
+    """(jit function, constexpr values) for a ``KernelSpec`` on ``target`` (an ``abi.arch.Arch``)."""
     fn = _KERNELS[(spec.family, spec.variant)]
-    consts = stage2.constexprs(spec) if spec.family == "stage2" else wgrad.constexprs(spec, wave_size)
+    consts = stage2.constexprs(spec) if spec.family == "stage2" else wgrad.constexprs(spec, target)
     return fn, consts
 
 
@@ -52,10 +48,3 @@ def flags_per_cta(spec, wave_size: int) -> int:
         return wgrad.flags_per_cta(spec.num_warps * wave_size)
     return 0
 
-
-def source_hash() -> str:
-    """sha256 over the kernel sources and the ABI version: part of every cache key."""
-    h = hashlib.sha256(f"abi={ABI_VERSION}\n".encode())
-    for path in _SOURCES:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()

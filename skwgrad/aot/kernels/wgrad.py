@@ -62,43 +62,49 @@ def _mac(
     stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr,
     POINTWISE: tl.constexpr, VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    X_CACHE: tl.constexpr,
 ):  # fmt: skip
-    """acc += the tile's MAC iterations [it_begin, it_end)."""
+    """acc += the tile's MAC iterations [it_begin, it_end).
+
+    Vector loads need three facts Triton cannot see through runtime sizes, given as hints that
+    hold because K % VEC_K == 0 and C % VEC_C == 0 (``KernelSpec.check_problem``): each aligned
+    group of VEC columns is contiguous in memory, starts at a multiple of VEC, and shares one
+    filter tap (so its bounds mask is constant). Columns past the end *wrap* (``% NG``, ``% K``)
+    rather than clamp, which keeps those facts true for the padding columns too; their results
+    are never stored. Rows past the reduction are clamped and masked to zero.
+    """
     NG = Z * Y * X * C
     KG = N * Do * Ho * Wo
     GC = G * C
     GK = G * K
-    # -- columns: (z, y, x, c), once per tile --------------------------------------------------
-    offs_n = n0 + tl.arange(0, BN)
-    n_ok = offs_n < NG
-    nn = tl.minimum(offs_n, NG - 1)
+    # -- x columns: (z, y, x, c), once per tile ---------------------------------------------------
+    nn = (n0 + tl.arange(0, BN)) % NG
     c = nn % C
     tap = nn // C
     kx = tap % X
     ky = (tap // X) % Y
     kz = tap // (X * Y)
-    tap_h = ky * dil_h
-    tap_w = kx * dil_w
-    tap_d = kz * dil_d
+    tap_h = tl.max_constancy(ky * dil_h, VEC_C)
+    tap_w = tl.max_constancy(kx * dil_w, VEC_C)
+    tap_d = tl.max_constancy(kz * dil_d, VEC_C)
     if POINTWISE:
         col_off = g * C + c
     else:
         col_off = ((tap_d * Hi + tap_h) * Wi + tap_w) * GC + g * C + c
     col_off = tl.max_contiguous(tl.multiple_of(col_off, VEC_C), VEC_C)
     # -- dy columns: output channels --------------------------------------------------------------
-    offs_m = m0 + tl.arange(0, BM)
-    m_ok = offs_m < K
-    dy_col = g * K + tl.minimum(offs_m, K - 1)
+    dy_col = g * K + (m0 + tl.arange(0, BM)) % K
     dy_col = tl.max_contiguous(tl.multiple_of(dy_col, VEC_K), VEC_K)
     for it in range(it_begin, it_end):
         offs_r = it * BK + tl.arange(0, BK)
         r_ok = offs_r < KG
         r = tl.minimum(offs_r, KG - 1)
         # dy rows are the flattened (n, do, ho, wo) reduction index itself.
-        a = tl.load(dy + r[None, :] * GK + dy_col[:, None], mask=m_ok[:, None] & r_ok[None, :], other=0.0)
+        dy_row = tl.multiple_of(r * GK, VEC_K)
+        a = tl.load(dy + dy_row[None, :] + dy_col[:, None], mask=r_ok[None, :], other=0.0)
         if POINTWISE:
-            b_mask = r_ok[:, None] & n_ok[None, :]
-            b = tl.load(x + r[:, None] * GC + col_off[None, :], mask=b_mask, other=0.0)
+            x_row = tl.multiple_of(r * GC, VEC_C)
+            b = tl.load(x + x_row[:, None] + col_off[None, :], mask=r_ok[:, None], other=0.0, cache_modifier=X_CACHE)
         else:
             wo = r % Wo
             t = r // Wo
@@ -108,7 +114,7 @@ def _mac(
             w0 = wo * stride_w - pad_w
             hi = h0[:, None] + tap_h[None, :]
             wi = w0[:, None] + tap_w[None, :]
-            b_mask = (hi >= 0) & (hi < Hi) & (wi >= 0) & (wi < Wi)
+            b_mask = (hi >= 0) & (hi < Hi) & (wi >= 0) & (wi < Wi) & r_ok[:, None]
             if IS_3D:
                 do_ = t % Do
                 nb = t // Do
@@ -118,8 +124,8 @@ def _mac(
                 row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
             else:
                 row_off = (t * Hi + h0) * Wi + w0
-            b_mask = b_mask & r_ok[:, None] & n_ok[None, :]
-            b = tl.load(x + (row_off * GC)[:, None] + col_off[None, :], mask=b_mask, other=0.0)
+            x_row = tl.multiple_of(row_off * GC, VEC_C)
+            b = tl.load(x + x_row[:, None] + col_off[None, :], mask=b_mask, other=0.0, cache_modifier=X_CACHE)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
     return acc
 
@@ -128,9 +134,11 @@ def _mac(
 def _dw_offsets(g, m0, n0, K, NG, BM: tl.constexpr, BN: tl.constexpr, VEC_C: tl.constexpr):
     offs_m = m0 + tl.arange(0, BM)
     offs_n = n0 + tl.arange(0, BN)
-    mask = (offs_m < K)[:, None] & (offs_n < NG)[None, :]
-    row = (g * K + tl.minimum(offs_m, K - 1)) * NG
-    col = tl.max_contiguous(tl.multiple_of(tl.minimum(offs_n, NG - 1), VEC_C), VEC_C)
+    # NG % VEC_C == 0: validity is constant over each aligned group of VEC_C columns.
+    n_ok = tl.max_constancy(offs_n < NG, VEC_C)
+    mask = (offs_m < K)[:, None] & n_ok[None, :]
+    row = tl.multiple_of((g * K + offs_m % K) * NG, VEC_C)
+    col = tl.max_contiguous(tl.multiple_of(offs_n % NG, VEC_C), VEC_C)
     return row[:, None] + col[None, :], mask
 
 
@@ -187,6 +195,7 @@ def wgrad_splitk(
     ws_ptr, ws_bytes, ks_iters, ks_count,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
+    X_CACHE: tl.constexpr,
 ):  # fmt: skip
     NG = Z * Y * X * C
     num_tiles = G * tl.cdiv(K, BM) * tl.cdiv(NG, BN)
@@ -202,7 +211,7 @@ def wgrad_splitk(
         acc, dy, x, g, m0, n0, it0, it1,
         N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, X_CACHE,
     )  # fmt: skip
     offs, mask = _dw_offsets(g, m0, n0, K, NG, BM, BN, VEC_C)
     if VARIANT == "direct":
@@ -245,7 +254,7 @@ def wgrad_streamk(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr, NUM_THREADS: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
 ):  # fmt: skip
     """atomic / workspace reductions: no CTA waits on another."""
     _streamk_body(
@@ -253,7 +262,7 @@ def wgrad_streamk(
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
         ws_ptr, dw, dw, 0,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE,
     )  # fmt: skip
 
 
@@ -268,7 +277,7 @@ def wgrad_streamk_fixup(
     sk_epoch,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr, NUM_THREADS: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
 ):  # fmt: skip
     """linear / tree reductions: partial tiles handed over through flags (deterministic)."""
     _streamk_body(
@@ -276,7 +285,7 @@ def wgrad_streamk_fixup(
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
         ws_ptr, sk_flags, sk_partials, sk_epoch,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE,
     )  # fmt: skip
 
 
@@ -288,7 +297,7 @@ def _streamk_body(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr, NUM_THREADS: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
 ):  # fmt: skip
     NG = Z * Y * X * C
     ipt = sk_iters_per_tile
@@ -311,7 +320,7 @@ def _streamk_body(
             acc, dy, x, g, m0, n0, 0, ipt,
             N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
             stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-            BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION,
+            BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, X_CACHE,
         )  # fmt: skip
         _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
     if sk_cta >= 0:
@@ -330,7 +339,7 @@ def _streamk_body(
                 acc, dy, x, g, m0, n0, it - tile_start, seg_end - tile_start,
                 N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
                 stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-                BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION,
+                BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, X_CACHE,
             )  # fmt: skip
             is_owner = it == tile_start
             if VARIANT == "linear":
@@ -365,7 +374,7 @@ def _streamk_body(
             it = seg_end
 
 
-def constexprs(spec, wave_size: int) -> dict:
+def constexprs(spec, target) -> dict:
     c = {
         "BM": spec.bm,
         "BN": spec.bn,
@@ -376,9 +385,12 @@ def constexprs(spec, wave_size: int) -> dict:
         "VEC_K": spec.vec_k,
         "INPUT_PRECISION": spec.precision or "ieee",
         "VARIANT": spec.variant,
+        # NVIDIA: keep x in L1 (neighbouring taps re-read shifted windows of the same rows).
+        # AMD: default policy; an L1 hint there pulled hidden kernargs into the gfx950 object.
+        "X_CACHE": ".ca" if target.backend == "cuda" else "",
     }
     if spec.family == "wgrad_sk":
         c["MODE"] = spec.mode
-        c["NUM_THREADS"] = spec.num_warps * wave_size
+        c["NUM_THREADS"] = spec.num_warps * target.wave_size
     return c
 

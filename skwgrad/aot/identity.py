@@ -1,0 +1,46 @@
+"""What a code object's cache key says about how it was built, computable with no compiler.
+
+The GPU machine has no compiler (or another version of it), yet must refuse objects built by a
+different compiler or from different kernel sources. So the identity is a property of this
+package: the Triton release skwgrad pins for building, and a hash of the kernel source files and
+the ABI declaration, read as files (importing the kernels would import Triton).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+from skwgrad.errors import AbiError
+
+PINNED_TRITON = "3.9.0"  # keep equal to the triton pin in pyproject.toml
+COMPILER = f"triton-{PINNED_TRITON}"
+
+_PKG = Path(__file__).resolve().parents[1]
+_SOURCES = sorted((_PKG / "aot" / "kernels").glob("*.py")) + [_PKG / "abi" / "kernargs.py"]
+
+
+def compiler_identity() -> str:
+    return COMPILER
+
+
+@functools.lru_cache(maxsize=1)
+def source_hash() -> str:
+    """sha256 over the kernel sources and the kernarg declaration: part of every cache key."""
+    h = hashlib.sha256()
+    for path in _SOURCES:
+        h.update(path.relative_to(_PKG).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def check_build_compiler() -> None:
+    """Building needs exactly the pinned Triton: anything else would file objects under a key
+    that does not describe them."""
+    import triton
+
+    if triton.__version__ != PINNED_TRITON:
+        raise AbiError(
+            f"skwgrad builds with triton=={PINNED_TRITON} (pinned; it is part of every cache key), "
+            f"found triton {triton.__version__}: pip install triton=={PINNED_TRITON}"
+        )
