@@ -70,15 +70,18 @@ def _mac(
     hold because K % VEC_K == 0 and C % VEC_C == 0 (``KernelSpec.check_problem``): each aligned
     group of VEC columns is contiguous in memory, starts at a multiple of VEC, and shares one
     filter tap (so its bounds mask is constant). Columns past the end *wrap* (``% NG``, ``% K``)
-    rather than clamp, which keeps those facts true for the padding columns too; their results
-    are never stored. Rows past the reduction are clamped and masked to zero.
+    rather than clamp, which keeps those facts true for the padding columns too, and are masked
+    (whole vectors at a time) so they cost no memory traffic; their results are never stored.
+    Rows past the reduction are clamped and masked to zero.
     """
     NG = Z * Y * X * C
     KG = N * Do * Ho * Wo
     GC = G * C
     GK = G * K
     # -- x columns: (z, y, x, c), once per tile ---------------------------------------------------
-    nn = (n0 + tl.arange(0, BN)) % NG
+    offs_n = n0 + tl.arange(0, BN)
+    n_ok = tl.max_constancy(offs_n < NG, VEC_C)  # masked: padding columns cost no traffic
+    nn = offs_n % NG
     c = nn % C
     tap = nn // C
     kx = tap % X
@@ -93,7 +96,9 @@ def _mac(
         col_off = ((tap_d * Hi + tap_h) * Wi + tap_w) * GC + g * C + c
     col_off = tl.max_contiguous(tl.multiple_of(col_off, VEC_C), VEC_C)
     # -- dy columns: output channels --------------------------------------------------------------
-    dy_col = g * K + (m0 + tl.arange(0, BM)) % K
+    offs_m = m0 + tl.arange(0, BM)
+    m_ok = tl.max_constancy(offs_m < K, VEC_K)
+    dy_col = g * K + offs_m % K
     dy_col = tl.max_contiguous(tl.multiple_of(dy_col, VEC_K), VEC_K)
     for it in range(it_begin, it_end):
         offs_r = it * BK + tl.arange(0, BK)
@@ -101,10 +106,11 @@ def _mac(
         r = tl.minimum(offs_r, KG - 1)
         # dy rows are the flattened (n, do, ho, wo) reduction index itself.
         dy_row = tl.multiple_of(r * GK, VEC_K)
-        a = tl.load(dy + dy_row[None, :] + dy_col[:, None], mask=r_ok[None, :], other=0.0)
+        a = tl.load(dy + dy_row[None, :] + dy_col[:, None], mask=m_ok[:, None] & r_ok[None, :], other=0.0)
         if POINTWISE:
             x_row = tl.multiple_of(r * GC, VEC_C)
-            b = tl.load(x + x_row[:, None] + col_off[None, :], mask=r_ok[:, None], other=0.0, cache_modifier=X_CACHE)
+            b_mask = r_ok[:, None] & n_ok[None, :]
+            b = tl.load(x + x_row[:, None] + col_off[None, :], mask=b_mask, other=0.0, cache_modifier=X_CACHE)
         else:
             wo = r % Wo
             t = r // Wo
@@ -114,7 +120,7 @@ def _mac(
             w0 = wo * stride_w - pad_w
             hi = h0[:, None] + tap_h[None, :]
             wi = w0[:, None] + tap_w[None, :]
-            b_mask = (hi >= 0) & (hi < Hi) & (wi >= 0) & (wi < Wi) & r_ok[:, None]
+            b_mask = (hi >= 0) & (hi < Hi) & (wi >= 0) & (wi < Wi) & r_ok[:, None] & n_ok[None, :]
             if IS_3D:
                 do_ = t % Do
                 nb = t // Do
