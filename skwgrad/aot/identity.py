@@ -18,7 +18,12 @@ PINNED_TRITON = "3.9.0"  # keep equal to the triton pin in pyproject.toml
 COMPILER = f"triton-{PINNED_TRITON}"
 
 _PKG = Path(__file__).resolve().parents[1]
-_SOURCES = sorted((_PKG / "aot" / "kernels").glob("*.py")) + [_PKG / "abi" / "kernargs.py"]
+# Everything that decides the bytes of a code object for a given spec and target.
+_SOURCES = sorted((_PKG / "aot" / "kernels").glob("*.py")) + [
+    _PKG / "abi" / "kernargs.py",
+    _PKG / "aot" / "spec.py",
+    _PKG / "aot" / "compile.py",
+]
 
 
 def compiler_identity() -> str:
@@ -27,7 +32,8 @@ def compiler_identity() -> str:
 
 @functools.lru_cache(maxsize=1)
 def source_hash() -> str:
-    """sha256 over the kernel sources and the kernarg declaration: part of every cache key."""
+    """sha256 over the kernel sources, the kernarg declaration, the spec and the compile step:
+    part of every cache key."""
     h = hashlib.sha256()
     for path in _SOURCES:
         h.update(path.relative_to(_PKG).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")

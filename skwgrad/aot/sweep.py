@@ -1,0 +1,384 @@
+"""Which kernels ``skwgrad compile-all`` builds: presets, filters and the stream-K pruning rules.
+
+An item of a sweep is ``(arch, KernelSpec)``. Every spec is a code object that serves any problem
+its ``check_problem`` admits, so a sweep enumerates compile-time choices only (SPEC section 5):
+input dtype, dW dtype, 2-D/3-D, pointwise, channel alignment ``(vec_c, vec_k)``, tile, warps,
+stages, stream-K mode, reduction / split-K epilogue and fp32 precision.
+
+Presets
+-------
+``smoke``
+    A handful of small-tile kernels per requested arch and dtype (bf16 unless ``--dtype`` says
+    otherwise) that still holds one kernel of *every* family and variant: split-K
+    ``direct``/``atomic``/``two_stage``, stream-K ``{dp_sk, persistent} x {linear, tree,
+    atomic, workspace}``, and the Stage-2 reduce for each dW dtype a ``two_stage``/``workspace``
+    kernel writes. It is what CI compiles and what the README builds, and what the GPU tests
+    need to exercise every mode x reduction; that is why it holds ``persistent x tree``, which
+    the pruned presets never build (below). Smoke is therefore *not* a subset of ``default``.
+``default``
+    What a deployment needs: a few tiles per arch chosen to fit the arch's LDS / shared memory
+    (``_DEFAULT_TILES``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
+    not, every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``), dW in the input
+    dtype and in fp32, and channel alignments ``{1, W}`` for split-K (``vec = 1`` serves any
+    channel count, ``W`` the aligned common case; intermediate widths are served by ``vec = 1``
+    at some cost, ``full`` has them).
+``full``
+    The whole space: BM, BN in {32, 64, 128, 256}, BK in {32, 64, 128}, 4 and 8 warps (8 only on
+    tiles of at least 64x64 outputs: fewer outputs than threads is never a useful kernel),
+    2 and 3 stages (and 4 on sm_90), every ``(vec_c, vec_k)`` pair of power-of-two widths up to
+    ``W``, 2-D/3-D, pointwise, every dtype/precision/dW dtype. Tiles whose A+B operand slices
+    alone (``(BM + BN) * BK`` elements of one stage, halved: the least any Triton backend here
+    keeps in LDS) exceed the arch's shared memory are dropped before compiling; the build checks
+    the real ``shared`` figure of each code object against the arch and records a failure for
+    any that could never launch.
+
+Stream-K pruning (``default`` and ``full``), after the seed's "Cache them only where they are used"
+-----------------------------------------------------------------------------------------------
+Stream-K kernels were first built for every geometry x mode x reduction x all 16 vector-width
+pairs; almost none of them were ever selected. They are kept only where stream-K is used:
+
+* at the widest vector width ``W = 16 bytes / element size`` (8 for fp16/bf16, 4 for fp32), for
+  ``(W, W)`` and ``(W, 1)``, both modes, every requested reduction except ``tree``. Stream-K pays
+  off on filter-sized outputs with a long reduction, i.e. ordinary dense layers, whose channel
+  counts are multiples of 8; ``(W, 1)`` is the seed's ``(vector_size_a, vector_size_b)`` order
+  with A = dy and B = x (CK's wgrad GEMM), i.e. ``vec_k = W, vec_c = 1``: the first-layer case
+  (C = 3 input channels, K wide). ``tree`` only wins over ``linear`` when many CTAs share a tile,
+  which at these widths the default pools do not produce.
+* fully scalar (``vec_c = vec_k = 1``), ``dp_sk x {tree, workspace}``, on tiles with
+  ``BN >= 128``, not pointwise: large-filter depthwise layers (C = K = 1 per group, so
+  ``Ng = Z*Y*X`` is the whole tile row and the reduction ``N*Ho*Wo`` is long). There the
+  partition gives many CTAs per tile and ``tree``'s log-depth fix-up pays off.
+
+Shapes at the other vector widths are served by the split-K kernels, which are kept at every
+width. The rules change which stream-K specs exist, never a spec's fields, so with
+``--streamk off`` the split-K keys and labels are exactly the ones a build without stream-K
+would make (a spec's key depends on the spec alone, SPEC section 7).
+
+Filters: ``--arch``, ``--dtype``, ``--streamk off|dp_sk|persistent|all`` (which stream-K modes;
+split-K is always built, it is the fallback every shape has), ``--streamk-reductions`` (subset of
+linear, tree, atomic, workspace), ``--tiles`` (``BMxBNxBK[wW][sS]`` list replacing the preset's
+tiles; without ``w``/``s`` the preset picks warps/stages). The Stage-2 reduce is added for each
+dW dtype that a selected ``two_stage`` or ``workspace`` kernel writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from skwgrad.abi.arch import ARCHES
+from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
+from skwgrad.abi.kernargs import SK_REDUCTIONS
+from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.abi.streamk import MODES
+from skwgrad.aot.spec import KernelSpec
+from skwgrad.errors import SkwgradError
+
+PRESETS = ("smoke", "default", "full")
+STREAMK_CHOICES = ("off", *MODES, "all")
+STAGE2_WARPS = 4
+SMOKE_DTYPES = ("bf16",)
+# Arches without a TF32 path in Triton: fp32 there is ieee only (never enumerate tf32).
+NO_TF32 = frozenset({"gfx950"})
+
+
+class SweepError(SkwgradError, ValueError):
+    """A preset or filter that names nothing skwgrad builds."""
+
+
+@dataclass(frozen=True, order=True)
+class SweepItem:
+    arch: str
+    spec: KernelSpec
+
+
+@dataclass(frozen=True)
+class Tile:
+    bm: int
+    bn: int
+    bk: int
+    num_warps: int | None = None  # None: the preset chooses
+    num_stages: int | None = None
+
+    def __str__(self):
+        s = f"{self.bm}x{self.bn}x{self.bk}"
+        if self.num_warps:
+            s += f"w{self.num_warps}"
+        if self.num_stages:
+            s += f"s{self.num_stages}"
+        return s
+
+
+_TILE_RE = re.compile(r"^(\d+)x(\d+)x(\d+)(?:w(\d+))?(?:s(\d+))?$")
+
+
+def parse_tiles(text: str | None) -> tuple[Tile, ...] | None:
+    """``"64x64x32,128x128x64w8s2"`` -> tiles; None/empty -> None (the preset's tiles)."""
+    if not text:
+        return None
+    tiles = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        m = _TILE_RE.match(part.lower())
+        if not m:
+            raise SweepError(f"tile {part!r}: expected BMxBNxBK with optional wWARPS and sSTAGES, e.g. 128x128x64 or 128x128x64w8s2")
+        bm, bn, bk = (int(v) for v in m.group(1, 2, 3))
+        w = int(m.group(4)) if m.group(4) else None
+        s = int(m.group(5)) if m.group(5) else None
+        for name, v in (("BM", bm), ("BN", bn), ("BK", bk)):
+            if v < 16 or v & (v - 1):
+                raise SweepError(f"tile {part!r}: {name} = {v} must be a power of two >= 16")
+        if w is not None and w not in (1, 2, 4, 8, 16):
+            raise SweepError(f"tile {part!r}: warps must be 1, 2, 4, 8 or 16")
+        if s is not None and s < 1:
+            raise SweepError(f"tile {part!r}: stages must be >= 1")
+        tiles.append(Tile(bm, bn, bk, w, s))
+    if not tiles:
+        raise SweepError(f"--tiles {text!r} names no tile; e.g. --tiles 64x64x32,128x128x64")
+    return tuple(tiles)
+
+
+def widest_vec(dtype: str) -> int:
+    """W: the widest vector (16-byte loads) in elements of ``dtype``."""
+    return 16 // DTYPE_BYTES[dtype]
+
+
+def vec_widths(dtype: str) -> tuple[int, ...]:
+    w = widest_vec(dtype)
+    return tuple(1 << i for i in range(w.bit_length()))
+
+
+def precisions(dtype: str, arch: str, preset: str = "full") -> tuple[str, ...]:
+    if dtype != "fp32":
+        return ("",)
+    if arch in NO_TF32 or preset == "smoke":
+        return ("ieee",)
+    return ("ieee", "tf32")
+
+
+def dw_dtypes(dtype: str) -> tuple[str, ...]:
+    return (dtype,) if dtype == "fp32" else (dtype, "fp32")
+
+
+def _variants_for(family: str, dw_dtype: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """Split-K epilogues or stream-K reductions a dW dtype admits (atomic needs fp32 dW)."""
+    return tuple(v for v in allowed if v != "atomic" or dw_dtype == "fp32")
+
+
+# -- per-arch tile tables -------------------------------------------------------------------
+# (bm, bn, bk, warps). Chosen so the operand stages fit the arch's LDS / shared memory; sm_90
+# gets the larger shared memory tiles and three stages (Triton's NVIDIA default pipeline depth).
+_DEFAULT_TILES = {
+    "gfx942": ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 128, 32, 8)),
+    "gfx950": ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (256, 128, 64, 8)),
+    "sm_90": ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
+}
+_DEFAULT_STAGES = {"gfx942": 2, "gfx950": 2, "sm_90": 3}
+_FULL_DIMS = (32, 64, 128, 256)
+_FULL_BK = (32, 64, 128)
+_FULL_WARPS = (4, 8)
+_FULL_STAGES = {"gfx942": (2, 3), "gfx950": (2, 3), "sm_90": (2, 3, 4)}
+_SMOKE_TILE = Tile(32, 32, 32, 4, 2)  # smallest MFMA/wgmma-friendly tile: fastest to compile
+_SMOKE_TREE_TILE = Tile(32, 128, 32, 4, 2)  # the scalar dp_sk tree kernel follows the BN >= 128 rule
+
+
+def _fits(arch: str, dtype: str, bm: int, bn: int, bk: int) -> bool:
+    """False only when the tile can never fit: half of one stage's A+B slices over the LDS."""
+    return (bm + bn) * bk * DTYPE_BYTES[dtype] // 2 <= ARCHES[arch].lds_bytes_per_cu
+
+
+def _tile_configs(preset: str, arch: str, dtype: str, tiles: tuple[Tile, ...] | None) -> list[Tile]:
+    """Fully specified tiles (warps and stages set) for one arch/dtype."""
+    if tiles is not None:
+        out = []
+        for t in tiles:
+            warps = [t.num_warps] if t.num_warps else ([8] if t.bm * t.bn >= 128 * 128 else [4])
+            stages = [t.num_stages] if t.num_stages else [_DEFAULT_STAGES[arch]]
+            out += [Tile(t.bm, t.bn, t.bk, w, s) for w in warps for s in stages]
+        return out
+    if preset == "default":
+        return [
+            Tile(bm, bn, bk, w, _DEFAULT_STAGES[arch])
+            for bm, bn, bk, w in _DEFAULT_TILES[arch]
+            if _fits(arch, dtype, bm, bn, bk)
+        ]
+    if preset == "full":
+        out = []
+        for bm, bn, bk in itertools.product(_FULL_DIMS, _FULL_DIMS, _FULL_BK):
+            if not _fits(arch, dtype, bm, bn, bk):
+                continue
+            for w in _FULL_WARPS:
+                if w == 8 and bm * bn < 64 * 64:
+                    continue
+                out += [Tile(bm, bn, bk, w, s) for s in _FULL_STAGES[arch]]
+        return out
+    raise AssertionError(preset)
+
+
+def _spec(family, variant, dtype, dw, prec, tile: Tile, *, dims=2, pw=False, vc=1, vk=1, mode=""):
+    return KernelSpec(
+        family, variant, dtype, dw, spatial_dims=dims, pointwise=pw, vec_c=vc, vec_k=vk,
+        bm=tile.bm, bn=tile.bn, bk=tile.bk, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        mode=mode, precision=prec,
+    )  # fmt: skip
+
+
+def _smoke(arch, dtype, modes, reductions, tiles):
+    W = widest_vec(dtype)
+    dwf = "fp32"
+    prec = precisions(dtype, arch, "smoke")[0]
+    out = []
+    for t in tiles or (_SMOKE_TILE,):
+        t = t if t.num_warps and t.num_stages else Tile(t.bm, t.bn, t.bk, t.num_warps or 4, t.num_stages or 2)
+        tree_tile = t if tiles else _SMOKE_TREE_TILE
+        out += [
+            _spec("wgrad", "direct", dtype, dtype, prec, t, vc=W, vk=W),
+            _spec("wgrad", "two_stage", dtype, dtype, prec, t, vc=W, vk=W),
+            _spec("wgrad", "atomic", dtype, dwf, prec, t, vc=W, vk=W),
+            _spec("wgrad", "direct", dtype, dtype, prec, t, dims=3, vc=1, vk=W),  # 3-D, first-layer C
+            _spec("wgrad", "direct", dtype, dtype, prec, t, pw=True, vc=W, vk=W),  # pointwise
+        ]
+        for mode in modes:
+            for red in reductions:
+                if red == "tree":
+                    # dp_sk: the scalar depthwise kernel of the pruning rule; persistent: (W, W).
+                    if mode == "dp_sk":
+                        out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, tree_tile, mode=mode))
+                    else:
+                        out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, t, vc=W, vk=W, mode=mode))
+                    continue
+                # atomic needs fp32 dW; persistent workspace writes fp32 dW so the fp32 Stage-2 is built.
+                dw = dwf if red == "atomic" or (red == "workspace" and mode == "persistent") else dtype
+                out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, vc=W, vk=W, mode=mode))
+    return out
+
+
+def _pruned(preset, arch, dtype, modes, reductions, tiles):
+    W = widest_vec(dtype)
+    widths = vec_widths(dtype) if preset == "full" else tuple(sorted({1, W}))
+    configs = _tile_configs(preset, arch, dtype, tiles)
+    out = []
+    for prec, dw, t, dims, pw in itertools.product(
+        precisions(dtype, arch, preset), dw_dtypes(dtype), configs, (2, 3), (False, True)
+    ):
+        # split-K at every width
+        for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
+            for vc, vk in itertools.product(widths, widths):
+                out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+        # stream-K at W: (W, W) and (W, 1) = (vec_k W, vec_c 1); every requested reduction but tree
+        for mode in modes:
+            for red in _variants_for("wgrad_sk", dw, tuple(r for r in reductions if r != "tree")):
+                for vc, vk in ((W, W), (1, W)):
+                    out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk, mode=mode))
+        # scalar dp_sk x {tree, workspace} for large-filter depthwise: BN >= 128, not pointwise
+        if "dp_sk" in modes and t.bn >= 128 and not pw:
+            for red in ("tree", "workspace"):
+                if red in reductions:
+                    out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, mode="dp_sk"))
+    return out
+
+
+def stage2_spec(dw_dtype: str) -> KernelSpec:
+    return KernelSpec("stage2", "reduce", dw_dtype, dw_dtype, block=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
+
+
+def _needs_stage2(spec: KernelSpec) -> bool:
+    return spec.variant in ("two_stage", "workspace")
+
+
+def resolve_arches(arches) -> tuple[str, ...]:
+    arches = tuple(dict.fromkeys(arches or ()))
+    for a in arches:
+        if a not in ARCHES:
+            raise SweepError(f"arch {a!r} is not a skwgrad target; use one of {', '.join(ARCHES)}")
+    return arches or tuple(ARCHES)
+
+
+def resolve_dtypes(dtypes, preset: str) -> tuple[str, ...]:
+    dtypes = tuple(dict.fromkeys(dtypes or ()))
+    for d in dtypes:
+        if d not in DTYPES:
+            raise SweepError(f"dtype {d!r} is not supported; use one of {', '.join(DTYPES)}")
+    if dtypes:
+        return dtypes
+    return SMOKE_DTYPES if preset == "smoke" else DTYPES
+
+
+def resolve_modes(streamk: str) -> tuple[str, ...]:
+    if streamk not in STREAMK_CHOICES:
+        raise SweepError(f"--streamk {streamk!r}: use one of {', '.join(STREAMK_CHOICES)}")
+    return () if streamk == "off" else MODES if streamk == "all" else (streamk,)
+
+
+def resolve_reductions(reductions) -> tuple[str, ...]:
+    if reductions is None or reductions == "" or reductions == ():
+        return SK_REDUCTIONS
+    if isinstance(reductions, str):
+        reductions = [r.strip() for r in reductions.split(",") if r.strip()]
+    bad = [r for r in reductions if r not in SK_REDUCTIONS]
+    if bad or not reductions:
+        raise SweepError(
+            f"--streamk-reductions {','.join(reductions)!r}: each must be one of {', '.join(SK_REDUCTIONS)} (comma separated)"
+        )
+    return tuple(r for r in SK_REDUCTIONS if r in reductions)
+
+
+def sweep(
+    preset: str = "default",
+    arches=None,
+    dtypes=None,
+    streamk: str = "all",
+    reductions=None,
+    tiles=None,
+) -> list[SweepItem]:
+    """Every (arch, spec) the preset and filters select, Stage-2 included; sorted, no duplicates.
+
+    ``tiles`` is a list of ``Tile`` or the ``--tiles`` text."""
+    if preset not in PRESETS:
+        raise SweepError(f"preset {preset!r} is not one of {', '.join(PRESETS)}")
+    arches = resolve_arches(arches)
+    dtypes = resolve_dtypes(dtypes, preset)
+    modes = resolve_modes(streamk)
+    reductions = resolve_reductions(reductions)
+    if isinstance(tiles, str):
+        tiles = parse_tiles(tiles)
+    tiles = tuple(tiles) if tiles else None
+    items: set[SweepItem] = set()
+    for arch in arches:
+        specs: list[KernelSpec] = []
+        for dtype in dtypes:
+            if preset == "smoke":
+                specs += _smoke(arch, dtype, modes, reductions, tiles)
+            else:
+                specs += _pruned(preset, arch, dtype, modes, reductions, tiles)
+        for dw in sorted({s.dw_dtype for s in specs if _needs_stage2(s)}):
+            specs.append(stage2_spec(dw))
+        items.update(SweepItem(arch, s) for s in specs)
+    return sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
+
+
+def counts(items) -> Counter:
+    """(arch, dtype, family) -> number of kernels. Stage-2 counts under its dW dtype."""
+    return Counter((it.arch, it.spec.dtype, it.spec.family) for it in items)
+
+
+def format_counts(items, title: str = "") -> str:
+    c = counts(items)
+    families = ("wgrad", "wgrad_sk", "stage2")
+    rows = [("arch", "dtype", *families, "total")]
+    for arch, dtype in sorted({(a, d) for a, d, _ in c}, key=lambda ad: (list(ARCHES).index(ad[0]), ad[1])):
+        n = [c[(arch, dtype, f)] for f in families]
+        rows.append((arch, dtype, *map(str, n), str(sum(n))))
+    per_arch = Counter()
+    for (a, _, _), n in c.items():
+        per_arch[a] += n
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [title] if title else []
+    lines += ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))) for r in rows]
+    for a, n in per_arch.items():
+        lines.append(f"{a}: {n} kernels")
+    lines.append(f"total: {sum(c.values())} kernels")
+    return "\n".join(lines)

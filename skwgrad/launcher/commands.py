@@ -1,0 +1,263 @@
+"""``skwgrad run-from-cache``: run cached kernels on the GPU, verify them and time them. Never compiles."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from skwgrad.errors import SkwgradError
+
+COLUMNS = (
+    ("name", "name", "<"), ("kernel", "kernel", "<"), ("mode/reduction", "mode_reduction", "<"),
+    ("pool/ks", "pool_ks", ">"), ("rel err", "rel_err_s", ">"), ("ok", "ok_s", "<"), ("us", "us_s", ">"),
+    ("TFLOP/s", "tflops_s", ">"), ("cuDNN us", "cudnn_us_s", ">"), ("ratio", "ratio_s", ">"),
+)  # fmt: skip
+
+
+def _problems(problem_texts, corpus):
+    from skwgrad.abi.conv import parse_problem, read_corpus
+
+    out = []
+    for i, text in enumerate(problem_texts):
+        out.append((f"problem{i}" if len(problem_texts) > 1 else "problem", "", parse_problem(text)))
+    if corpus:
+        out += read_corpus(corpus)
+    return out
+
+
+def _git_commit() -> str:
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
+        return r.stdout.strip() if r.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cudnn_time(problem, backend, *, warmup=5, iters=50, seed=0) -> tuple[float | None, str]:
+    """Median microseconds of PyTorch's weight gradient (cuDNN / MIOpen) on channels-last
+    inputs: ``aten.convolution_backward(..., output_mask=[False, True, False])``."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    if not torch.cuda.is_available():
+        return None, "torch has no CUDA/ROCm device"
+    p = problem
+    sd = p.spatial_dims
+    if p.pad_lo != p.pad_hi:
+        return None, "asymmetric padding"
+    dev = torch.device("cuda", backend.device)
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[p.dtype]
+    fmt = torch.channels_last_3d if sd == 3 else torch.channels_last
+    sp_in = (p.di, p.hi, p.wi)[3 - sd :]
+    sp_out = (p.do, p.ho, p.wo)[3 - sd :]
+    flt = (p.z, p.y, p.x)[3 - sd :]
+    g = torch.Generator(device=dev).manual_seed(seed)
+    x = torch.randn((p.n, p.g * p.c, *sp_in), device=dev, dtype=dt, generator=g).contiguous(memory_format=fmt)
+    dy = torch.randn((p.n, p.g * p.k, *sp_out), device=dev, dtype=dt, generator=g).contiguous(memory_format=fmt)
+    w = torch.empty((p.g * p.k, p.c, *flt), device=dev, dtype=dt).contiguous(memory_format=fmt)
+    args = (list(p.stride[3 - sd :]), list(p.pad_lo[3 - sd :]), list(p.dilation[3 - sd :]), False, [0] * sd, p.g, [False, True, False])
+
+    def run():
+        return torch.ops.aten.convolution_backward(dy, x, w, None, *args)
+
+    stream = torch.cuda.current_stream(dev)
+    with torch.cuda.device(dev):
+        for _ in range(warmup):
+            run()
+        torch.cuda.synchronize(dev)
+        times = []
+        for _ in range(iters):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record(stream)
+            run()
+            b.record(stream)
+            times.append((a, b))
+        torch.cuda.synchronize(dev)
+    us = sorted(a.elapsed_time(b) * 1e3 for a, b in times)
+    return us[len(us) // 2], ""
+
+
+def _fmt(row: dict) -> dict:
+    r = dict(row)
+    r["mode_reduction"] = f"{row.get('mode', '')}/{row.get('reduction', '')}" if row.get("kernel") else ""
+    if row.get("family") == "wgrad_sk":
+        r["pool_ks"] = f"pool {row.get('pool')}"
+    elif row.get("kernel"):
+        r["pool_ks"] = f"ks {row.get('ks_count')}"
+    else:
+        r["pool_ks"] = ""
+    err = row.get("rel_err")
+    r["rel_err_s"] = "" if err is None else ("inf" if math.isinf(err) else f"{err:.2e}")
+    ok = row.get("ok")
+    r["ok_s"] = "" if ok is None else ("yes" if ok else "NO")
+    r["us_s"] = f"{row['us']:.1f}" if row.get("us") is not None else ""
+    r["tflops_s"] = f"{row['tflops']:.1f}" if row.get("tflops") is not None else ""
+    r["cudnn_us_s"] = f"{row['cudnn_us']:.1f}" if row.get("cudnn_us") is not None else (row.get("cudnn_note") or "")
+    r["ratio_s"] = f"{row['ratio']:.2f}" if row.get("ratio") is not None else ""
+    return r
+
+
+def format_table(rows) -> str:
+    f = [_fmt(r) for r in rows]
+    widths = [max(len(title), *(len(str(r.get(key, ""))) for r in f)) for title, key, _ in COLUMNS]
+    line = lambda vals: "  ".join(f"{v:{a}{w}}" for v, w, (_, _, a) in zip(vals, widths, COLUMNS)).rstrip()  # noqa: E731
+    out = [line([t for t, _, _ in COLUMNS]), line(["-" * w for w in widths])]
+    for r in f:
+        out.append(line([str(r.get(key, "")) for _, key, _ in COLUMNS]))
+        if r.get("error"):
+            out.append(f"    error: {r['error']}")
+    return "\n".join(out)
+
+
+def run_problems(
+    problems, *, backend, cache, streamk="auto", reductions=(), streamk_ctas=-1, tile=None, all_candidates=False,
+    verify=True, bench=False, baseline=None, seed=0, warmup=10, iters=50, echo=print,
+) -> tuple[list[dict], bool]:
+    """Run each problem's selected (or every matching) cached kernel. Returns (rows, all ok)."""
+    from skwgrad.launcher import arrays
+    from skwgrad.launcher.api import _occupancy
+    from skwgrad.launcher.select import NoKernelError, all_choices, choose
+    from skwgrad.reference import relative_error, tolerance, wgrad_reference
+
+    occ = _occupancy(backend)
+    rows, all_ok = [], True
+    for name, regime, p in problems:
+        base = {"name": name, "regime": regime, "problem": p.describe(), "gflop": p.flops / 1e9}
+        try:
+            if all_candidates or streamk == "all":
+                choices = all_choices(
+                    p, cache, arch=backend.arch, cus=backend.compute_units, streamk="all" if streamk == "auto" else streamk,
+                    reductions=reductions or None, streamk_ctas=streamk_ctas, tile=tile, occupancy=occ,
+                )  # fmt: skip
+                if not choices:  # raises NoKernelError naming the compile-all command
+                    choices = [choose(p, cache, arch=backend.arch, cus=backend.compute_units, streamk=streamk if streamk != "all" else "auto",
+                           reduction=reductions[0] if len(reductions) == 1 else "auto", streamk_ctas=streamk_ctas, tile=tile, occupancy=occ)]  # fmt: skip
+            else:
+                reds = reductions or ("auto",)
+                choices = [
+                    choose(p, cache, arch=backend.arch, cus=backend.compute_units, streamk=streamk, reduction=r,
+                           streamk_ctas=streamk_ctas, tile=tile, occupancy=occ)  # fmt: skip
+                    for r in reds
+                ]
+        except NoKernelError as e:
+            echo(f"{name}: {e}")
+            rows.append({**base, "error": str(e)})
+            all_ok = False
+            continue
+        except SkwgradError as e:
+            echo(f"{name}: {e}")
+            rows.append({**base, "error": str(e)})
+            all_ok = False
+            continue
+        cudnn_us, cudnn_note = None, ""
+        if baseline == "cudnn" and bench:
+            try:
+                cudnn_us, cudnn_note = cudnn_time(p, backend, warmup=warmup, iters=iters, seed=seed)
+            except Exception as e:  # noqa: BLE001  (a baseline failure must not hide our results)
+                cudnn_us, cudnn_note = None, f"failed: {type(e).__name__}"
+        inputs = arrays.DeviceInputs.random(p, backend, seed=seed)
+        try:
+            ref = wgrad_reference(p, inputs.x64, inputs.dy64) if verify else None
+            for c in choices:
+                row = {**base, **c.to_dict(), "kernel": c.kernel.label, "reduction": c.spec.variant, "mode": c.mode}
+                try:
+                    plan = c.plan(p, backend)
+                    row.update(grid=plan.grid, workspace_bytes=plan.workspace_bytes)
+                    if plan.geometry.partition is not None:
+                        row["sk_ctas"] = plan.geometry.partition.sk_ctas
+                    # Poison dW and the whole workspace (NaN in every float dtype) before the run.
+                    inputs.poison_dw(0xFF)
+                    plan.poison(byte=0xFF, flags=True)
+                    plan.launch(inputs.dy, inputs.x, inputs.dw, 0)
+                    backend.stream_synchronize(0)
+                    if verify:
+                        out = inputs.read_dw()
+                        err = relative_error(out, ref)
+                        tol = tolerance(p.dtype, p.dw_dtype, c.spec.precision)
+                        row.update(rel_err=err, tol=tol, ok=bool(err <= tol))
+                        all_ok &= row["ok"]
+                    if bench:
+                        t = plan.time(inputs.dy, inputs.x, inputs.dw, warmup=warmup, iters=iters)
+                        row.update(us=t["median_us"], min_us=t["min_us"], host_us=t["host_us"])
+                        row["tflops"] = p.flops / (t["median_us"] * 1e-6) / 1e12
+                        if cudnn_us is not None:
+                            row["cudnn_us"] = cudnn_us
+                            row["ratio"] = cudnn_us / t["median_us"]
+                    if cudnn_note:
+                        row["cudnn_note"] = cudnn_note
+                except SkwgradError as e:
+                    row["error"] = str(e)
+                    all_ok = False
+                rows.append(row)
+        finally:
+            inputs.free()
+    return rows, all_ok
+
+
+@click.command("run-from-cache")
+@click.option("--problem", "problem_texts", multiple=True, help='e.g. "n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1" (repeatable)')
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False), help="a corpus CSV (corpus/wgrad_shapes.csv)")
+@click.option("--arch", default="auto", show_default=True, help="the device's arch (auto); another arch is refused")
+@click.option("--streamk", type=click.Choice(["auto", "off", "dp_sk", "persistent", "all"]), default="auto", show_default=True,
+              help="auto: the selection rule; off: split-K; dp_sk/persistent: that stream-K mode; all: every cached candidate")
+@click.option("--streamk-reductions", default="", help="comma list: linear,tree,atomic,workspace (stream-K) / direct,atomic,two_stage (split-K)")
+@click.option("--streamk-ctas", type=int, default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default")
+@click.option("--tile", default=None, help="BMxBNxBK: only kernels of this tile")
+@click.option("--all-candidates", is_flag=True, help="run every cached kernel that admits the problem")
+@click.option("--verify", is_flag=True, help="compare with the float64 reference (default when neither --verify nor --bench)")
+@click.option("--bench", is_flag=True, help="time each kernel: median of --iters event-timed launches after warm-up")
+@click.option("--baseline", type=click.Choice(["cudnn"]), default=None, help="also time PyTorch's weight gradient (needs --bench)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="write the results here")
+@click.option("--cache", "cache_dir", default=None, help="cache directory (default $SKWGRAD_CACHE or $XDG_CACHE_HOME/skwgrad)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--warmup", type=int, default=10, show_default=True)
+@click.option("--iters", type=int, default=50, show_default=True)
+def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, streamk_ctas, tile, all_candidates, verify,
+                   bench, baseline, json_path, cache_dir, seed, warmup, iters):  # fmt: skip
+    """Run cached kernels on fresh random inputs; verify against float64 and time them. Never compiles:
+    with no matching kernel it prints the compile-all command that would build one and exits 1."""
+    from skwgrad import __version__
+    from skwgrad.cli import parse_tile
+    from skwgrad.errors import ProblemError
+    from skwgrad.launcher.api import open_cache
+    from skwgrad.launcher.backends import get_backend
+
+    if not problem_texts and not corpus:
+        raise click.UsageError("give --problem (repeatable) or --corpus FILE")
+    if baseline and not bench:
+        raise click.UsageError("--baseline cudnn times the baseline: add --bench")
+    if not verify and not bench:
+        verify = True
+    reductions = tuple(r.strip() for r in streamk_reductions.split(",") if r.strip())
+    problems = _problems(problem_texts, corpus)
+    tile_t = parse_tile(tile) if tile else None
+    backend = get_backend()
+    if arch not in ("auto", backend.arch):
+        raise ProblemError(f"--arch {arch}: this device ({backend.device_name}) is {backend.arch}; run-from-cache runs {backend.arch} kernels only")
+    cache = open_cache(cache_dir)
+    click.echo(f"device {backend.device_name} ({backend.arch}, {backend.compute_units} CUs), cache {getattr(cache, 'path', cache)}")
+    rows, ok = run_problems(
+        problems, backend=backend, cache=cache, streamk=streamk, reductions=reductions, streamk_ctas=streamk_ctas,
+        tile=tile_t, all_candidates=all_candidates, verify=verify, bench=bench, baseline=baseline, seed=seed,
+        warmup=warmup, iters=iters, echo=lambda m: click.echo(m, err=True),
+    )  # fmt: skip
+    click.echo(format_table(rows))
+    if json_path:
+        doc = {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
+            "backend": backend.name, "skwgrad": __version__, "commit": _git_commit(),
+            "cache": str(getattr(cache, "path", "")), "seed": seed, "iters": iters, "warmup": warmup,
+            "verify": verify, "bench": bench, "baseline": baseline, "rows": rows,
+        }  # fmt: skip
+        Path(json_path).write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        click.echo(f"wrote {json_path}")
+    if not ok:
+        sys.exit(1)

@@ -1,0 +1,309 @@
+"""compile-all end to end, with the real compiler (SPEC section 6): the README's build, a kill -9
+mid-build, two builders at once, repair of a damaged object, a Dask cluster vs the local pool,
+recorded failures, resumption. Marked slow (they compile), yet part of the default run.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import skwgrad.aot.build as build_mod
+import skwgrad.aot.compile as compile_mod
+from skwgrad.aot.build import build, compile_job
+from skwgrad.aot.spec import KernelSpec
+from skwgrad.aot.sweep import SweepItem, sweep
+from skwgrad.cache import Cache
+from skwgrad.cli import main
+
+pytestmark = pytest.mark.slow
+
+CLI = [sys.executable, "-m", "skwgrad.cli"]
+SMOKE_ARCHES = ("gfx942", "gfx950")
+
+
+def cli(*args, check=True, **kw):
+    r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, **kw)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def rows(path: Path) -> list[tuple]:
+    """(key, created) of every entry, read straight from the index with plain sqlite3."""
+    db = path / "index.sqlite"
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("select key, created from entries").fetchall()
+    except sqlite3.OperationalError:
+        return []
+
+
+@pytest.fixture(scope="module")
+def smoke_cache(tmp_path_factory):
+    """README's main job, verbatim but for the cache path: the real smoke preset on both AMD arches."""
+    path = tmp_path_factory.mktemp("smoke") / "skwgrad-cache"
+    r = cli("compile-all", "--preset", "smoke", "--arch", "gfx942", "--arch", "gfx950", "--cache", str(path))
+    return path, r
+
+
+def test_readme_smoke_build_then_ls(smoke_cache):
+    path, build_run = smoke_cache
+    items = sweep("smoke", arches=SMOKE_ARCHES)
+    assert f"{len(items)} kernels selected: {len(items)} built" in build_run.stdout
+    assert "kernels/s" in build_run.stdout
+    ls = cli("cache", "ls", "--cache", str(path)).stdout
+    listed = {(ln.split()[0], ln.split()[1]) for ln in ls.splitlines()[1:-1]}
+    assert listed == {(it.spec.label, it.arch) for it in items}
+    assert cli("cache", "verify", "--cache", str(path)).stdout.startswith(f"ok: {len(items)} entries")
+    c = Cache(path)
+    for it in items:
+        (e,) = c.find(it.arch, **it.spec.to_dict())
+        data = c.load_binary(e)
+        assert data[:4] == b"\x7fELF" and e.metadata["binary_kind"] == "hsaco"
+        assert e.metadata["amd"]["target"].endswith(it.arch) and e.metadata["threads"] == it.spec.num_warps * 64
+    # a second run builds nothing and leaves every entry as it was
+    before = sorted(rows(path))
+    again = cli("compile-all", "--preset", "smoke", "--arch", "gfx942", "--arch", "gfx950", "--cache", str(path))
+    assert f"0 built, {len(items)} already cached" in again.stdout
+    assert sorted(rows(path)) == before
+
+
+def test_kill_9_mid_build_leaves_a_valid_cache_and_resume_builds_the_rest(tmp_path):
+    path = tmp_path / "c"
+    items = sweep("smoke", arches=["gfx942"])
+    (tmp_path / "tmp").mkdir()  # what the killed build leaves in TMPDIR stays in pytest's tmp_path
+    p = subprocess.Popen([*CLI, "compile-all", "--preset", "smoke", "--arch", "gfx942", "--jobs", "1", "--cache", str(path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})  # fmt: skip
+    try:
+        deadline = time.time() + 300
+        while len(rows(path)) < 3:
+            assert p.poll() is None, "the build finished before it could be killed"
+            assert time.time() < deadline
+            time.sleep(0.02)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)  # the coordinator and its workers: our own process group
+        p.wait()
+    assert p.returncode == -signal.SIGKILL
+    survived = dict(rows(path))
+    assert 3 <= len(survived) < len(items)
+    r = cli("cache", "verify", "--cache", str(path))
+    assert r.stdout.startswith(f"ok: {len(survived)} entries")
+    c = Cache(path)
+    summary = build(items, c, jobs=2, progress=False)
+    assert summary.cached == len(survived) and not summary.failed
+    assert set(summary.built).isdisjoint(survived)  # nothing built twice
+    assert len(summary.built) == len(items) - len(survived)
+    after = dict(rows(path))
+    assert {k: after[k] for k in survived} == survived  # created times untouched
+    assert set(after) == {Cache.key_for(it.spec, it.arch) for it in items}
+    assert c.verify() == []
+
+
+def test_two_builders_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "c"
+    a = ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--streamk", "off", "--jobs", "1", "--cache", str(path)]
+    b = ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--streamk", "dp_sk", "--jobs", "1", "--cache", str(path)]
+    procs = [subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in (a, b)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    want = {Cache.key_for(it.spec, it.arch) for it in sweep("smoke", arches=["gfx942"], streamk="off")}
+    want |= {Cache.key_for(it.spec, it.arch) for it in sweep("smoke", arches=["gfx942"], streamk="dp_sk")}
+    keys = [k for k, _ in rows(path)]
+    assert sorted(keys) == sorted(want)  # every kernel of both, each once
+    c = Cache(path)
+    assert c.verify() == [] and all(c.load_binary(k) for k in keys)
+
+
+def test_damaged_object_is_refused_then_rebuilt_by_compile_all(smoke_cache, tmp_path):
+    path = tmp_path / "c"
+    shutil.copytree(smoke_cache[0], path)
+    c = Cache(path)
+    items = sweep("smoke", arches=["gfx950"])
+    victim = next(it for it in items if it.spec.family == "wgrad_sk")
+    key = Cache.key_for(victim.spec, victim.arch)
+    good = c.load_binary(key)
+    obj = c.object_path(c.get(key).sha256)
+    data = bytearray(obj.read_bytes())
+    data[len(data) // 2] ^= 1
+    obj.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="corrupt"):
+        c.load_binary(key)
+    r = cli("cache", "verify", "--cache", str(path), check=False)
+    assert r.returncode == 1 and victim.spec.label in r.stdout
+    r = cli("compile-all", "--preset", "smoke", "--arch", "gfx950", "--cache", str(path))
+    assert "1 built (1 of them replacing damaged objects)" in r.stdout
+    assert c.load_binary(key) == good  # deterministic compile: the same bytes again
+    assert cli("cache", "verify", "--cache", str(path)).returncode == 0
+
+
+def test_dask_cluster_gives_the_same_keys_and_bytes_as_the_local_pool(smoke_cache, tmp_path):
+    from dask.distributed import LocalCluster
+
+    items = [it for it in sweep("smoke", arches=["gfx942"]) if it.spec.family != "stage2"][:4]
+    local = Cache(smoke_cache[0])
+    dst = Cache(tmp_path / "dask")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        summary = build(items, dst, scheduler=cluster.scheduler_address, progress=False)
+    assert len(summary.built) == len(items) and not summary.failed and "Dask" in summary.where
+    assert {e.key for e in dst.entries()} == {Cache.key_for(it.spec, it.arch) for it in items}
+    for e in dst.entries():
+        ref = local.get(e.key)
+        assert dst.load_binary(e) == local.load_binary(ref)
+        strip = lambda m: {k: v for k, v in m.items() if k not in ("compile_seconds", "build_time")}  # noqa: E731
+        assert strip(e.metadata) == strip(ref.metadata)
+
+
+def test_failures_are_recorded_and_do_not_stop_the_sweep(tmp_path):
+    c = Cache(tmp_path / "c")
+    bad = KernelSpec("wgrad", "direct", "fp32", "fp32", bm=32, bn=32, bk=32, precision="tf32")  # gfx950 has no TF32
+    good = KernelSpec("stage2", "reduce", "fp16", "fp16", block=1024)
+    items = [SweepItem("gfx950", bad), SweepItem("gfx950", good)]
+    s = build(items, c, jobs=1, progress=False)
+    assert len(s.built) == 1 and len(s.failed) == 1 and s.errors
+    (f,) = c.failures()
+    assert f["label"] == bad.label and f["arch"] == "gfx950" and f["kind"] == "compile"
+    assert "TF32" in f["message"] or "tf32" in f["message"]
+    assert f"FAILED [compile] {bad.label} on gfx950" in s.format()
+    # resumable: a re-run compiles nothing, the known failure is skipped, --retry-failed retries it
+    s2 = build(items, c, jobs=1, progress=False)
+    assert (s2.built, s2.cached, s2.skipped_failed) == ([], 1, 1)
+    s3 = build(items, c, jobs=1, progress=False, retry_failed=True)
+    assert len(s3.failed) == 1 and c.failures()[0]["attempts"] == 2
+
+
+def test_tile_that_can_never_launch_is_recorded_not_stored(tmp_path):
+    spec = KernelSpec("wgrad", "direct", "fp32", "fp32", vec_c=4, vec_k=4, bm=256, bn=128, bk=64, num_warps=8, precision="ieee")
+    res = compile_job(spec.to_dict(), "gfx942", build_mod._here())
+    assert not res["ok"] and res["kind"] == "unlaunchable" and "65536" in res["message"]
+
+
+class _CountingExecutor(cf.ThreadPoolExecutor):
+    """In-process executor; jobs whose label is in ``lose`` fail as a lost worker would."""
+
+    def __init__(self, lose=()):
+        super().__init__(2)
+        self.lose = set(lose)
+        self.lost = 0
+
+    def submit(self, fn, spec_dict, arch, *rest):
+        if KernelSpec.from_dict(spec_dict).label in self.lose:
+            self.lost += 1
+            f = cf.Future()
+            f.set_exception(RuntimeError("worker lost"))
+            return f
+        return super().submit(fn, spec_dict, arch, *rest)
+
+
+def test_resume_compiles_only_what_is_missing_and_lost_workers_are_retried(tmp_path, monkeypatch):
+    calls = []
+    real = compile_mod.compile_spec
+
+    def counting(spec, arch, **kw):
+        calls.append((spec.label, arch))
+        return real(spec, arch, **kw)
+
+    monkeypatch.setattr(compile_mod, "compile_spec", counting)
+    items = [SweepItem("gfx942", KernelSpec("stage2", "reduce", d, d, block=1024)) for d in ("fp16", "bf16", "fp32")]
+    c = Cache(tmp_path / "c")
+    with _CountingExecutor() as ex:
+        s = build(items[:2], c, executor=ex, progress=False)
+    assert len(s.built) == 2 and len(calls) == 2
+    lose = items[2].spec.label
+    with _CountingExecutor(lose=[lose]) as ex:
+        s = build(items, c, executor=ex, progress=False)
+    assert len(calls) == 2 and ex.lost == 2  # only the missing one was submitted, retried once
+    assert s.cached == 2 and [f["kind"] for f in s.failed] == ["crash"] and not s.built
+    with _CountingExecutor() as ex:  # a crash is retried by the next run
+        s = build(items, c, executor=ex, progress=False)
+    assert len(s.built) == 1 and len(calls) == 3 and c.failures() == []
+    assert len(c.entries()) == 3 and c.verify() == []
+
+
+def test_a_worker_killed_mid_build_is_replaced_and_its_kernels_retried(tmp_path):
+    import multiprocessing
+    import threading
+
+    items = [it for it in sweep("smoke", arches=["gfx942"]) if it.spec.family == "wgrad_sk"]
+    c = Cache(tmp_path / "c")
+    out = {}
+    t = threading.Thread(target=lambda: out.update(s=build(items, c, jobs=2, progress=False)), daemon=True)
+    t.start()
+    try:
+        deadline = time.time() + 120
+        while len(rows(c.path)) < 1:
+            assert time.time() < deadline and t.is_alive()
+            time.sleep(0.01)
+        victims = multiprocessing.active_children()  # this process's pool workers
+        assert victims
+        os.kill(victims[0].pid, signal.SIGKILL)
+    finally:
+        t.join(300)
+    assert not t.is_alive(), "the build hung after a worker was killed"
+    s = out["s"]
+    assert s.restarts >= 1
+    assert not s.failed and len(s.built) == len(items), (s.failed, s.restarts, len(s.built))
+    assert {e.key for e in c.entries()} == {Cache.key_for(it.spec, it.arch) for it in items} and c.verify() == []
+
+
+class _PoisonExecutor(cf.ThreadPoolExecutor):
+    """Jobs of the ``poison`` label break the 'pool' (as a worker killed by an LLVM crash does)."""
+
+    def __init__(self, poison):
+        super().__init__(2)
+        self.poison = poison
+        self.submitted = []
+
+    def submit(self, fn, spec_dict, arch, *rest):
+        label = KernelSpec.from_dict(spec_dict).label
+        self.submitted.append(label)
+        if label == self.poison:
+
+            def die():
+                time.sleep(0.2)
+                raise cf.BrokenExecutor("a worker died")
+
+            return super().submit(die)
+        return super().submit(fn, spec_dict, arch, *rest)
+
+
+def test_a_kernel_that_kills_its_worker_is_isolated_and_only_it_is_blamed(tmp_path):
+    items = [SweepItem(a, KernelSpec("stage2", "reduce", d, d, block=b)) for a in ("gfx942", "sm_90") for d in ("fp16", "fp32") for b in (512, 1024)]
+    poison = items[1].spec.label
+    c = Cache(tmp_path / "c")
+    with _PoisonExecutor(poison) as ex:
+        s = build(items, c, executor=ex, progress=False)
+    poisoned = [it for it in items if it.spec.label == poison]
+    assert [(f["label"], f["kind"]) for f in s.failed] == [(poison, "crash")] * len(poisoned)
+    assert len(s.built) == len(items) - len(poisoned) and s.restarts >= 1
+    assert {f["label"] for f in c.failures()} == {poison} and c.failures()[0]["kind"] == "crash"
+    assert ex.submitted.count(poison) >= 2  # first among others, then alone
+
+
+def test_compile_all_exits_nonzero_when_kernels_fail(tmp_path, monkeypatch):
+    def failing_build(items, cache, **kw):
+        s = build_mod.BuildSummary(selected=len(items))
+        s.failed.append({"key": "k", "label": "x", "arch": "gfx942", "kind": "compile", "message": "boom"})
+        return s
+
+    monkeypatch.setattr(build_mod, "build", failing_build)
+    r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--cache", str(tmp_path / "c")])
+    assert r.exit_code == 1 and "FAILED [compile] x on gfx942: boom" in r.output and "cache failures" in r.output
+
+
+def test_bad_scheduler_address_is_a_clear_error(tmp_path):
+    r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--scheduler", "nonsense", "--cache", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "error: --scheduler 'nonsense'" in r.output and "tcp://" in r.output

@@ -1,0 +1,557 @@
+"""GPU tests of the launcher (pytest -m gpu). Skipped only when the machine has no GPU at all;
+anything else missing (cuda-bindings / hip-python, torch with CUDA, CuPy, the kernels) fails.
+
+Kernels: the specs of ``gpu_specs(arch)`` (small 32x32x32 tiles, so small shapes have partial
+tiles and many stream-K CTAs). They come from ``$SKWGRAD_CACHE`` when set (matched by spec, so a
+cache carried from the build machine is used whatever Triton is installed here), else they are
+compiled here with ``compile_spec`` (needs Triton 3.9). On a build machine:
+
+    python tests/test_gpu_launcher.py build-cache DIR        # compiles gpu_specs('sm_90') into DIR
+
+then carry DIR to the GPU machine and run ``SKWGRAD_CACHE=DIR pytest -m gpu tests/``.
+
+What is checked: every {dp_sk, persistent} x {linear, tree, atomic, workspace} and split-K
+{direct, atomic, two_stage} on dense / strided / dilated / grouped / depthwise / 3-D /
+asymmetric-padding shapes with a partial last M tile, with outputs and workspaces poisoned (NaN
+bytes) before each run, against a float64 reference; an all-DP partition and a tile shared by 4+
+stream-K CTAs; linear/tree launched 25 times with dW and partials poisoned before each launch,
+bit-identical; one binary on several shapes; ``skwgrad.wgrad`` on torch CUDA tensors against
+PyTorch's own weight gradient; CuPy and ``__cuda_array_interface__`` inputs; the host time of a
+repeated plan launch (printed; limit ``$SKWGRAD_HOST_US_LIMIT``, default 20 us).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from skwgrad.abi.conv import ConvProblem, parse_problem
+from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.abi.streamk import partition
+from skwgrad.aot.spec import KernelSpec
+from skwgrad.errors import CacheError
+
+TILE = (32, 32, 32)
+
+
+def gpu_present() -> bool:
+    return bool(
+        glob.glob("/dev/nvidia[0-9]*")
+        or os.path.exists("/dev/nvidiactl")
+        or (os.path.exists("/dev/kfd") and glob.glob("/dev/dri/renderD*"))
+    )
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no GPU present (no /dev/nvidia* or /dev/kfd)")]
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernels these tests need
+# ---------------------------------------------------------------------------------------------
+def _k(family, variant, dtype="bf16", dw=None, *, dims=2, vc=1, vk=1, mode="", tile=TILE, warps=4, stages=2):
+    dw = dw or ("fp32" if variant == "atomic" else dtype)
+    return KernelSpec(family, variant, dtype, dw, spatial_dims=dims, vec_c=vc, vec_k=vk, bm=tile[0], bn=tile[1], bk=tile[2],
+                      num_warps=warps, num_stages=stages, mode=mode, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
+
+
+SK_KINDS = [(m, r) for m in ("dp_sk", "persistent") for r in ("linear", "tree", "atomic", "workspace")]
+SPLITK_KINDS = ["direct", "atomic", "two_stage"]
+
+
+def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
+    out = []
+    for dims in (2, 3):
+        for v in SPLITK_KINDS:
+            out.append(_k("wgrad", v, dims=dims))
+        for m, r in SK_KINDS:
+            out.append(_k("wgrad_sk", r, dims=dims, mode=m))
+    # Vectorised kernels for the API tests, and fp16 ones for CuPy / __cuda_array_interface__.
+    out += [_k("wgrad", "direct", vc=8, vk=8), _k("wgrad", "two_stage", vc=8, vk=8),
+            _k("wgrad_sk", "linear", vc=8, vk=8, mode="dp_sk"), _k("wgrad_sk", "workspace", vc=8, vk=8, mode="dp_sk")]  # fmt: skip
+    out += [_k("wgrad", "direct", "fp16"), _k("wgrad_sk", "tree", "fp16", mode="persistent")]
+    out += [KernelSpec("stage2", "reduce", d, d, block=STAGE2_BLOCK, num_warps=4) for d in ("bf16", "fp32", "fp16")]
+    return out
+
+
+class KernelSet:
+    """A read-only cache (find/get/load_binary/tuned/remember_tuned) over a list of Kernels."""
+
+    def __init__(self, kernels):
+        self.kernels = {k.key: k for k in kernels}
+        self._tuned = {}
+
+    def find(self, arch, **fields):
+        return sorted((k for k in self.kernels.values() if k.arch == arch and all(getattr(k.spec, f) == v for f, v in fields.items())),
+                      key=lambda k: k.label)  # fmt: skip
+
+    def get(self, key):
+        try:
+            return self.kernels[key]
+        except KeyError:
+            raise CacheError(f"no kernel {key}") from None
+
+    def load_binary(self, entry):
+        return (entry if not isinstance(entry, str) else self.kernels[entry]).loader()
+
+    def tuned(self, arch, cus, problem_key):
+        return self._tuned.get((arch, cus, problem_key))
+
+    def remember_tuned(self, arch, cus, problem_key, choice):
+        self._tuned[(arch, cus, problem_key)] = choice
+
+
+def _from_cache(path, arch, specs):
+    """Kernels of ``specs`` found in the cache at ``path``, matched by spec (any compiler)."""
+    from skwgrad.cache import Cache
+    from skwgrad.launcher.plan import Kernel
+
+    cache = Cache(path)
+    try:
+        entries = cache.entries(arch, all_versions=True)
+    except TypeError:
+        entries = cache.find(arch)
+    by_spec = {}
+    for e in entries:
+        if e.spec is not None:
+            by_spec.setdefault(e.spec, e)
+
+    def loader(e):
+        def load():
+            try:
+                return cache.load_binary(e)
+            except Exception:  # noqa: BLE001  (built by another Triton, or none installed here: the bytes are what we want)
+                return cache.load_binary(e, allow_stale=True)
+
+        return load
+
+    found = {}
+    for s in specs:
+        e = by_spec.get(s)
+        if e is not None:
+            found[s] = Kernel(e.key, e.spec, e.arch, dict(e.metadata), loader(e))
+    return found
+
+
+def _compile(arch, specs):
+    from skwgrad.aot.compile import compile_spec
+    from skwgrad.launcher.plan import Kernel
+
+    found = {}
+    for s in specs:
+        found[s] = Kernel.from_compiled(compile_spec(s, arch))
+    return found
+
+
+@pytest.fixture(scope="session")
+def backend():
+    from skwgrad.launcher.backends import get_backend
+
+    return get_backend()  # a GPU is present: a BackendError here is a failure, not a skip
+
+
+@pytest.fixture(scope="session")
+def kernels(backend):
+    arch = backend.arch
+    specs = gpu_specs(arch)
+    found = {}
+    path = os.environ.get("SKWGRAD_CACHE")
+    if path:
+        found = _from_cache(path, arch, specs)
+    missing = [s for s in specs if s not in found]
+    if missing:
+        try:
+            found.update(_compile(arch, missing))
+        except Exception as e:  # noqa: BLE001
+            names = "\n  ".join(s.label for s in missing)
+            pytest.fail(
+                f"{len(missing)} test kernel(s) for {arch} are not in SKWGRAD_CACHE={path!r} and cannot be compiled here "
+                f"({type(e).__name__}: {e}).\nBuild them on the build machine with\n"
+                f"  python tests/test_gpu_launcher.py build-cache DIR --arch {arch}\n"
+                f"and set SKWGRAD_CACHE=DIR. Missing:\n  {names}"
+            )
+    return found
+
+
+@pytest.fixture(scope="session")
+def kset(kernels):
+    return KernelSet(kernels.values())
+
+
+def _stage2(kernels, dw):
+    return next(k for s, k in kernels.items() if s.family == "stage2" and s.dw_dtype == dw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+# ---------------------------------------------------------------------------------------------
+SHAPES = {
+    # K = 40 with BM = 32: a partial last M tile (and partial N / K tiles) everywhere.
+    "dense": "n=2,c=16,k=40,h=9,w=11,y=3,x=3,padding=1",
+    "strided": "n=2,c=8,k=40,h=13,w=12,y=3,x=3,stride=2,padding=1",
+    "dilated": "n=2,c=8,k=40,h=12,w=12,y=3,x=3,dilation=2,padding=2",
+    "grouped": "n=2,c=32,k=160,g=4,h=8,w=8,y=3,x=3,padding=1",
+    "depthwise": "n=2,c=24,k=24,g=24,h=10,w=10,y=5,x=5,padding=2",
+    "3d": "n=1,c=8,k=40,d=5,h=6,w=6,z=3,y=3,x=3,padding=1",
+    "asym_pad": "n=2,c=8,k=40,h=7,w=9,y=3,x=2,pad_lo=0x1,pad_hi=2x0",
+}
+LONG = "n=8,c=8,k=16,h=32,w=32,y=3,x=3,padding=1"  # 3 tiles x 256 iterations: many CTAs per tile
+
+
+def with_dw(p: ConvProblem, dw: str) -> ConvProblem:
+    from dataclasses import fields
+
+    return ConvProblem(**{**{f.name: getattr(p, f.name) for f in fields(p) if f.init}, "dw_dtype": dw})
+
+
+def sk_pools(p: ConvProblem, tile=TILE) -> dict:
+    """A pool with stream-K work next to DP tiles where possible, and an all-DP pool."""
+    t = p.tiling(*tile)
+    out = {}
+    for pool in range(2, 64):
+        part = partition(t.num_tiles, t.iters_per_tile, pool)
+        if part.sk_ctas and ("sk" not in out or (part.dp_tiles and not out.get("mixed"))):
+            out["sk"] = pool
+            out["mixed"] = bool(part.dp_tiles)
+        if not part.sk_ctas and "dp" not in out:
+            out["dp"] = pool
+    return out
+
+
+def max_contributors(p: ConvProblem, pool: int, tile=TILE) -> int:
+    t = p.tiling(*tile)
+    part = partition(t.num_tiles, t.iters_per_tile, pool)
+    return max((len(part.contributors(tile_)) + 1 for tile_ in range(part.dp_tiles, part.num_tiles)), default=0)
+
+
+def run_checked(backend, plan, inputs, ref, *, poison_flags=True):
+    from skwgrad.reference import relative_error, tolerance
+
+    p = plan.problem
+    inputs.poison_dw(0xFF)
+    plan.poison(byte=0xFF, flags=poison_flags)
+    plan.launch(inputs.dy, inputs.x, inputs.dw, 0)
+    out = inputs.read_dw()
+    err = relative_error(out, ref)
+    tol = tolerance(p.dtype, p.dw_dtype, plan.spec.precision)
+    assert err <= tol, f"{plan!r}: relative error {err:.3e} > {tol:.1e}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def problem_inputs(backend):
+    from skwgrad.launcher.arrays import DeviceInputs
+    from skwgrad.reference import wgrad_reference
+
+    made = {}
+
+    def get(text, dw="bf16", dtype="bf16"):
+        key = (text, dw, dtype)
+        if key not in made:
+            p = with_dw(parse_problem(text + f",dtype={dtype}"), dw)
+            inp = DeviceInputs.random(p, backend, seed=len(made))
+            made[key] = (p, inp, wgrad_reference(p, inp.x64, inp.dy64))
+        return made[key]
+
+    yield get
+    for _, inp, _ in made.values():
+        inp.free()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every mode x reduction on every shape
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("mode,reduction", SK_KINDS)
+def test_stream_k_every_mode_and_reduction(backend, kernels, problem_inputs, shape, mode, reduction):
+    from skwgrad.launcher.plan import Plan
+
+    dw = "fp32" if reduction == "atomic" else "bf16"
+    p, inputs, ref = problem_inputs(SHAPES[shape], dw)
+    k = kernels[_k("wgrad_sk", reduction, dims=p.spatial_dims, mode=mode)]
+    pools = sk_pools(p)
+    assert "sk" in pools, f"{shape}: no pool gives stream-K work"
+    for name in ("sk", "dp"):
+        if name not in pools:
+            continue
+        plan = Plan(p, k, backend, pool=pools[name], stage2=_stage2(kernels, dw))
+        assert (plan.geometry.partition.sk_ctas > 0) == (name == "sk")
+        run_checked(backend, plan, inputs, ref)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("variant", SPLITK_KINDS)
+def test_split_k_every_epilogue(backend, kernels, problem_inputs, shape, variant):
+    from skwgrad.launcher.plan import Plan
+
+    dw = "fp32" if variant == "atomic" else "bf16"
+    p, inputs, ref = problem_inputs(SHAPES[shape], dw)
+    k = kernels[_k("wgrad", variant, dims=p.spatial_dims)]
+    ipt = p.tiling(*TILE).iters_per_tile
+    for ks in ([1] if variant == "direct" else sorted({1, 2, 3, ipt})):
+        plan = Plan(p, k, backend, ks_count=ks, stage2=_stage2(kernels, dw))
+        run_checked(backend, plan, inputs, ref)
+
+
+@pytest.mark.parametrize("mode,reduction", SK_KINDS)
+def test_many_contributors_per_tile(backend, kernels, problem_inputs, mode, reduction):
+    from skwgrad.launcher.plan import Plan
+
+    dw = "fp32" if reduction == "atomic" else "bf16"
+    p, inputs, ref = problem_inputs(LONG, dw)
+    pool = 16
+    assert max_contributors(p, pool) >= 4
+    plan = Plan(p, kernels[_k("wgrad_sk", reduction, mode=mode)], backend, pool=pool, stage2=_stage2(kernels, dw))
+    run_checked(backend, plan, inputs, ref)
+
+
+@pytest.mark.parametrize("mode,reduction", [(m, r) for m, r in SK_KINDS if r in ("linear", "tree")])
+def test_linear_and_tree_are_bit_identical_over_repeated_launches(backend, kernels, problem_inputs, mode, reduction):
+    from skwgrad.launcher.plan import Plan
+
+    p, inputs, ref = problem_inputs(LONG, "bf16")
+    pool = 16
+    assert max_contributors(p, pool) >= 4
+    plan = Plan(p, kernels[_k("wgrad_sk", reduction, mode=mode)], backend, pool=pool)
+    outs = set()
+    for i in range(25):
+        run_checked(backend, plan, inputs, ref, poison_flags=False)  # dW and partials NaN; flags carry epochs
+        outs.add(inputs.read_dw_raw())
+    assert len(outs) == 1, f"{len(outs)} different results over 25 launches of {plan!r}"
+
+
+def test_one_binary_serves_several_shapes(backend, kernels, problem_inputs):
+    from skwgrad.launcher.plan import Plan
+
+    k = kernels[_k("wgrad_sk", "linear", mode="dp_sk")]
+    n = 0
+    for shape, text in SHAPES.items():
+        p, inputs, ref = problem_inputs(text, "bf16")
+        if p.spatial_dims != 2:
+            continue
+        run_checked(backend, Plan(p, k, backend, pool=sk_pools(p)["sk"]), inputs, ref)
+        n += 1
+    assert n >= 5
+    assert sum(1 for f in backend.loaded() if f.key == k.key) == 1  # loaded once
+
+
+# ---------------------------------------------------------------------------------------------
+# The Python API on torch / CuPy / __cuda_array_interface__ arrays
+# ---------------------------------------------------------------------------------------------
+def _torch_case(text, dtype="bf16", seed=0):
+    import torch
+
+    p = parse_problem(text + f",dtype={dtype}")
+    sd = p.spatial_dims
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    fmt = torch.channels_last_3d if sd == 3 else torch.channels_last
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((p.n, p.g * p.c, *(p.di, p.hi, p.wi)[3 - sd :]), generator=g).to(dt)
+    dy = torch.randn((p.n, p.g * p.k, *(p.do, p.ho, p.wo)[3 - sd :]), generator=g).to(dt)
+    return p, x.cuda().contiguous(memory_format=fmt), dy.cuda().contiguous(memory_format=fmt)
+
+
+def _torch_ref(p, x, dy):
+    """PyTorch's weight gradient in float64 on the CPU (symmetric padding)."""
+    import torch
+
+    sd = p.spatial_dims
+    w = torch.zeros((p.g * p.k, p.c, *(p.z, p.y, p.x)[3 - sd :]), dtype=torch.float64)
+    return torch.ops.aten.convolution_backward(
+        dy.double().cpu(), x.double().cpu(), w, None, list(p.stride[3 - sd :]), list(p.pad_lo[3 - sd :]),
+        list(p.dilation[3 - sd :]), False, [0] * sd, p.g, [False, True, False],
+    )[1]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", ["dense", "strided", "dilated", "grouped", "depthwise", "3d"])
+@pytest.mark.parametrize("streamk,reduction", [("auto", "auto"), ("dp_sk", "linear"), ("persistent", "tree"), ("off", "two_stage")])
+def test_wgrad_on_torch_tensors_equals_pytorch(backend, kset, shape, streamk, reduction):
+    import torch
+
+    import skwgrad
+    from skwgrad.reference import relative_error, tolerance
+
+    assert torch.cuda.is_available(), "torch has no CUDA on a GPU machine"
+    p, x, dy = _torch_case(SHAPES[shape])
+    sd = p.spatial_dims
+    kw = dict(filter_size=(p.z, p.y, p.x)[3 - sd :], stride=p.stride[3 - sd :], padding=p.pad_lo[3 - sd :],
+              dilation=p.dilation[3 - sd :], groups=p.g, cache=kset, streamk=streamk, reduction=reduction)  # fmt: skip
+    if streamk in ("dp_sk", "persistent"):
+        kw["streamk_ctas"] = sk_pools(p)["sk"]
+    dw = skwgrad.wgrad(x, dy, **kw)
+    torch.cuda.synchronize()
+    assert dw.shape == (p.g * p.k, p.c, *(p.z, p.y, p.x)[3 - sd :]) and dw.dtype == torch.bfloat16 and dw.is_cuda
+    assert dw.is_contiguous(memory_format=torch.channels_last_3d if sd == 3 else torch.channels_last)
+    ref = _torch_ref(p, x, dy)
+    err = relative_error(dw.double().cpu().numpy(), ref.numpy())
+    assert err <= tolerance("bf16", "bf16"), f"relative error {err:.3e} vs PyTorch's float64 weight gradient"
+    # and against cuDNN's own bf16 result, loosely
+    cud = torch.ops.aten.convolution_backward(dy, x, torch.empty_like(dw), None, list(p.stride[3 - sd :]), list(p.pad_lo[3 - sd :]),
+                                              list(p.dilation[3 - sd :]), False, [0] * sd, p.g, [False, True, False])[1]  # fmt: skip
+    assert relative_error(dw.double().cpu().numpy(), cud.double().cpu().numpy()) < 3 * tolerance("bf16", "bf16")
+
+
+def test_wgrad_fp32_dw_and_out(backend, kset):
+    import torch
+
+    import skwgrad
+    from skwgrad.reference import relative_error
+
+    p, x, dy = _torch_case(SHAPES["dense"])
+    out = torch.full((p.k, p.c, 3, 3), float("nan"), dtype=torch.float32, device="cuda").contiguous(memory_format=torch.channels_last)
+    got = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=kset, out=out, streamk="dp_sk", reduction="atomic", streamk_ctas=5)
+    torch.cuda.synchronize()
+    assert got is out
+    assert relative_error(out.double().cpu().numpy(), _torch_ref(p, x, dy).numpy()) <= 1e-3
+
+
+def test_wgrad_runs_on_the_torch_current_stream(backend, kset):
+    import torch
+
+    import skwgrad
+
+    p, x, dy = _torch_case(SHAPES["dense"])
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        dw = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=kset)
+    s.synchronize()
+    ref = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=kset)
+    torch.cuda.synchronize()
+    assert torch.equal(dw, ref)
+
+
+def test_cupy_and_cuda_array_interface_inputs(backend, kset):
+    import cupy
+    import torch
+
+    import skwgrad
+    from skwgrad.launcher.arrays import DeviceArray
+    from skwgrad.reference import relative_error, tolerance
+
+    p, x, dy = _torch_case(SHAPES["dense"], dtype="fp16")
+    ref = _torch_ref(p, x, dy).numpy()
+    xn = x.permute(0, 2, 3, 1).contiguous()  # (N, H, W, C) contiguous
+    dyn = dy.permute(0, 2, 3, 1).contiguous()
+    xc, dyc = cupy.asarray(xn), cupy.asarray(dyn)
+    dw = skwgrad.wgrad(xc, dyc, filter_size=3, padding=1, cache=kset)
+    cupy.cuda.get_current_stream().synchronize()
+    assert isinstance(dw, cupy.ndarray) and dw.shape == (p.k, p.c, 3, 3)
+    assert relative_error(cupy.asnumpy(dw).astype(np.float64), ref) <= tolerance("fp16", "fp16")
+
+    class CAI:
+        def __init__(self, t):
+            self.t = t
+            self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+    dw2 = skwgrad.wgrad(CAI(xn), CAI(dyn), filter_size=3, padding=1, cache=kset)
+    assert isinstance(dw2, DeviceArray)
+    torch.cuda.synchronize()
+    assert relative_error(dw2.to_numpy(), ref) <= tolerance("fp16", "fp16")
+    got = torch.as_tensor(dw2, device="cuda")  # consumers read it through __cuda_array_interface__
+    assert got.shape == (p.k, p.c, 3, 3)
+
+
+def test_numpy_inputs_are_copied_in_and_out(backend, kset):
+    import torch
+
+    import skwgrad
+    from skwgrad.reference import relative_error, tolerance
+
+    p, x, dy = _torch_case(SHAPES["strided"], dtype="fp16")
+    xn = x.permute(0, 2, 3, 1).contiguous().cpu().numpy()
+    dyn = dy.permute(0, 2, 3, 1).contiguous().cpu().numpy()
+    dw = skwgrad.wgrad(xn, dyn, filter_size=3, stride=2, padding=1, cache=kset)
+    assert isinstance(dw, np.ndarray) and dw.dtype == np.float16
+    assert relative_error(dw.astype(np.float64), _torch_ref(p, x, dy).numpy()) <= tolerance("fp16", "fp16")
+    del torch
+
+
+def test_tensors_on_different_devices_are_refused(backend, kset):
+    import torch
+
+    import skwgrad
+    from skwgrad.errors import ProblemError
+
+    if torch.cuda.device_count() < 2:
+        p, x, dy = _torch_case(SHAPES["dense"])
+        with pytest.raises(ProblemError, match="channels"):
+            skwgrad.wgrad(x.contiguous(), dy.contiguous(), filter_size=3, padding=1, cache=kset)
+        return
+    p, x, dy = _torch_case(SHAPES["dense"])
+    with pytest.raises(ProblemError, match="different devices"):
+        skwgrad.wgrad(x, dy.to("cuda:1"), filter_size=3, padding=1, cache=kset)
+
+
+def test_run_from_cache_rows_with_cudnn_baseline(backend, kset):
+    from skwgrad.abi.conv import parse_problem as pp
+    from skwgrad.launcher.commands import format_table, run_problems
+
+    problems = [("dense", "", pp(SHAPES["dense"])), ("long", "", pp(LONG))]
+    rows, ok = run_problems(problems, backend=backend, cache=kset, streamk="all", verify=True, bench=True,
+                            baseline="cudnn", iters=20, warmup=3)  # fmt: skip
+    print("\n" + format_table(rows))
+    assert ok and len(rows) >= 10
+    assert all(r["ok"] and r["us"] > 0 and r["tflops"] > 0 for r in rows)
+    assert all(r.get("cudnn_us", 0) > 0 and r["ratio"] > 0 for r in rows), [r.get("cudnn_note") for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Host time of a repeated launch
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reduction", ["linear", "workspace"])
+def test_host_time_of_a_repeated_plan_launch(backend, kernels, problem_inputs, reduction):
+    from skwgrad.launcher.plan import Plan
+
+    p, inputs, ref = problem_inputs(SHAPES["dense"], "bf16")
+    plan = Plan(p, kernels[_k("wgrad_sk", reduction, mode="dp_sk")], backend, pool=sk_pools(p)["sk"], stage2=_stage2(kernels, "bf16"))
+    run_checked(backend, plan, inputs, ref)
+    batches, per = 10, 200
+    host = 0.0
+    for _ in range(batches):
+        backend.stream_synchronize(0)
+        t0 = time.perf_counter()
+        for _ in range(per):
+            plan.launch(inputs.dy, inputs.x, inputs.dw, 0)
+        host += time.perf_counter() - t0
+    backend.stream_synchronize(0)
+    us = host / (batches * per) * 1e6
+    dev = plan.time(inputs.dy, inputs.x, inputs.dw, iters=50)
+    limit = float(os.environ.get("SKWGRAD_HOST_US_LIMIT", "20"))
+    print(f"\n{backend.device_name}: plan.launch host time {us:.2f} us/launch ({reduction}, "
+          f"{'main + Stage-2' if plan.stage2 else 'one kernel'}; target < 10 us); device time median {dev['median_us']:.1f} us")  # fmt: skip
+    assert us < limit, f"host time per launch {us:.2f} us exceeds {limit} us"
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the kernels on a build machine
+# ---------------------------------------------------------------------------------------------
+def _build_cache(argv):
+    import argparse
+
+    from skwgrad.aot.compile import compile_spec
+    from skwgrad.cache import Cache
+
+    ap = argparse.ArgumentParser(prog="python tests/test_gpu_launcher.py build-cache")
+    ap.add_argument("dir")
+    ap.add_argument("--arch", default="sm_90")
+    a = ap.parse_args(argv)
+    cache = Cache(a.dir)
+    specs = gpu_specs(a.arch)
+    for i, s in enumerate(specs, 1):
+        t0 = time.time()
+        key = cache.put(compile_spec(s, a.arch))
+        print(f"[{i}/{len(specs)}] {s.label} {key[:12]} ({time.time() - t0:.1f} s)", flush=True)
+    print(f"{len(specs)} kernels for {a.arch} in {cache.path}; on the GPU machine: SKWGRAD_CACHE={cache.path} pytest -m gpu tests/")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "build-cache":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        _build_cache(sys.argv[2:])
+    else:
+        print(__doc__)

@@ -1,0 +1,123 @@
+"""``skwgrad run-from-cache`` through the fake backend and cache: table, JSON, poisoning, exit
+codes, and the compile-all command when nothing matches."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_launcher_fakes as F  # noqa: E402
+
+from skwgrad.cli import main  # noqa: E402
+from skwgrad.launcher import api  # noqa: E402
+from skwgrad.launcher import backends as B  # noqa: E402
+
+PROBLEM = "n=2,c=16,k=16,h=12,w=12,y=3,x=3,padding=1,dtype=fp32"
+
+
+@pytest.fixture
+def env(monkeypatch):
+    be = F.FakeBackend(cus=8, max_active=2)
+    cache = F.full_cache(dtype="fp32", dims=(2,), vecs=((1, 1), (4, 4)), path="/fake/cache")
+    monkeypatch.setattr(B, "get_backend", lambda device=None, kind=None: be)
+    monkeypatch.setattr(api, "open_cache", lambda c=None: cache)
+    api.clear_plans()
+    return be, cache
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["run-from-cache", *args], catch_exceptions=False)
+
+
+def test_runs_the_selected_kernel_verifies_and_writes_json(env, tmp_path):
+    be, cache = env
+    out = tmp_path / "r.json"
+    r = run("--problem", PROBLEM, "--verify", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "Fake sm_90" in r.output and "yes" in r.output
+    doc = json.loads(out.read_text())
+    assert doc["arch"] == "sm_90" and doc["compute_units"] == 8 and doc["device"] == "Fake sm_90" and doc["date"]
+    (row,) = doc["rows"]
+    assert row["ok"] is True and row["rel_err"] < row["tol"] and row["problem"].startswith("n=2,c=16")
+    assert row["kernel"] in r.output
+    # dW and the whole workspace were poisoned (0xFF) before the launch.
+    poison = [m for m in be.memsets if m[1] == 0xFF]
+    assert any(m[2] == 16 * 16 * 9 * 4 for m in poison), "dW not poisoned"
+    if row["workspace_bytes"]:
+        assert any(m[2] == row["workspace_bytes"] for m in poison), "workspace not poisoned"
+
+
+def test_all_candidates_and_mode_filters(env, tmp_path):
+    out = tmp_path / "r.json"
+    r = run("--problem", PROBLEM, "--all-candidates", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["rows"]
+    kinds = {(x["family"], x["mode"], x["variant"]) for x in rows}
+    for m in ("dp_sk", "persistent"):
+        for red in ("linear", "tree", "atomic", "workspace"):
+            assert ("wgrad_sk", m, red) in kinds
+    for v in ("direct", "atomic", "two_stage"):
+        assert ("wgrad", "splitk", v) in kinds
+    assert all(x["ok"] for x in rows)
+    r = run("--problem", PROBLEM, "--streamk", "persistent", "--streamk-reductions", "tree,atomic", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["rows"]
+    assert {(x["mode"], x["variant"]) for x in rows} == {("persistent", "tree"), ("persistent", "atomic")}
+    r = run("--problem", PROBLEM, "--streamk", "off", "--all-candidates", "--json", str(out))
+    assert {x["family"] for x in json.loads(out.read_text())["rows"]} == {"wgrad"}
+    r = run("--problem", PROBLEM, "--streamk", "dp_sk", "--streamk-ctas", "3", "--streamk-reductions", "linear", "--json", str(out))
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["pool"] == 3 and row["sk_ctas"] == 3
+
+
+def test_bench_columns(env, tmp_path):
+    out = tmp_path / "r.json"
+    r = run("--problem", PROBLEM, "--bench", "--iters", "5", "--warmup", "1", "--baseline", "cudnn", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["us"] > 0 and row["tflops"] > 0
+    assert "rel_err" not in row  # --bench alone does not verify
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "cudnn_note" in row and "cuDNN us" in r.output
+    assert run("--problem", PROBLEM, "--baseline", "cudnn").exit_code != 0  # needs --bench
+
+
+def test_no_matching_kernel_prints_the_compile_all_command_and_fails(env):
+    r = run("--problem", "n=2,c=16,k=16,d=3,h=6,w=6,z=3,y=3,x=3,padding=1,dtype=fp32", "--verify")
+    assert r.exit_code == 1
+    assert "skwgrad compile-all --preset" in r.output and "--arch sm_90 --dtype fp32" in r.output
+    assert "--cache /fake/cache" in r.output
+
+
+def test_another_arch_is_refused(env):
+    r = run("--problem", PROBLEM, "--arch", "gfx942")
+    assert r.exit_code == 2 and "sm_90" in r.output
+
+
+def test_a_wrong_kernel_fails_verification(env, monkeypatch):
+    monkeypatch.setattr(F, "emulate", lambda *a, **k: None)  # kernels that write nothing: poisoned dW stays NaN
+    r = run("--problem", PROBLEM, "--streamk", "off", "--streamk-reductions", "direct")
+    assert r.exit_code == 1
+    assert "NO" in r.output and "inf" in r.output
+
+
+def test_corpus(env, tmp_path):
+    csv = tmp_path / "c.csv"
+    csv.write_text(
+        "name,n,in_channels,out_channels,groups,d,h,w,z,y,x,stride,padding,dilation,dtype,regime\n"
+        "tiny_dense,2,8,8,1,1,8,8,1,3,3,1,1,1,fp32,few\n"
+        "tiny_grouped,2,8,8,2,1,8,8,1,3,3,2,1,1,fp32,grouped\n"
+    )
+    out = tmp_path / "r.json"
+    r = run("--corpus", str(csv), "--json", str(out))
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [x["name"] for x in rows] == ["tiny_dense", "tiny_grouped"] and all(x["ok"] for x in rows)
+    assert run().exit_code != 0  # neither --problem nor --corpus

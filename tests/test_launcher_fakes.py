@@ -1,0 +1,502 @@
+"""Fakes for the launcher's CPU tests: a backend that implements the protocol on host memory and
+*emulates* the kernels from their packed kernarg bytes, and an in-memory cache with the real
+cache's read API. Other test files import them with ``_fakes()``; the tests at the bottom check
+the fakes themselves (so a broken fake cannot make the other tests pass vacuously).
+
+The emulator decodes every launch with the ABI declaration (not with anything the plan kept),
+so a wrong offset, a missing pointer patch or a wrong workspace offset shows up as wrong numbers
+or a ``FakeFault``. For linear/tree launches it enforces the epoch-flag contract: no flag of an
+SK CTA may already hold the launch's epoch (a stale flag would let an owner read a partial that
+is not written yet), and after the launch every SK CTA's flags hold the epoch and its partial
+slot is overwritten.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
+from skwgrad.abi.kernargs import declaration
+from skwgrad.aot.spec import KernelSpec
+from skwgrad.errors import CacheError
+from skwgrad.launcher.arrays import from_bits, to_bits
+from skwgrad.launcher.backends.base import Backend, KernargBuffer
+from skwgrad.reference import wgrad_reference
+
+_STORE = {"fp16": np.float16, "fp32": np.float32, "bf16": np.uint16}
+
+
+class FakeFault(AssertionError):
+    """An emulated kernel touched memory it must not, or broke a protocol rule."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The fake cache
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FakeEntry:
+    key: str
+    spec: KernelSpec
+    arch: str
+    label: str
+    metadata: dict = field(hash=False, compare=False)
+    sha256: str = ""
+    nbytes: int = 0
+    created: float = 0.0
+
+
+KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce"}
+
+
+def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int = 2, wave: int | None = None) -> dict:
+    """Metadata shaped like ``CompiledKernel.metadata`` (layout from the ABI declaration)."""
+    wave = wave or (64 if arch.startswith("gfx") else 32)
+    decl = declaration(spec.family, spec.variant)
+    slots, size = decl.layout(tail)
+    threads = spec.num_warps * wave
+    name = KERNEL_NAMES[spec.family]
+    if spec.family == "wgrad_sk" and spec.variant in ("linear", "tree"):
+        name = "wgrad_streamk_fixup"
+    return {
+        "name": name,
+        "arch": arch,
+        "label": spec.label,
+        "binary_kind": "hsaco" if arch.startswith("gfx") else "cubin",
+        "num_warps": spec.num_warps,
+        "threads": threads,
+        "shared": 0 if spec.family == "stage2" else shared,
+        "kernarg": {"names": list(decl.names), "offsets": [s.offset for s in slots[: len(decl.args)]], "size": size, "tail_pointers": tail},
+        "flags_per_cta": threads if (spec.family == "wgrad_sk" and spec.variant in ("linear", "tree")) else 0,
+        "compiler": "triton-fake",
+    }
+
+
+class FakeCache:
+    """In-memory cache with the real ``Cache``'s read API (find, get, load_binary, tuned, remember_tuned)."""
+
+    def __init__(self, path=None):
+        self.path = path
+        self._entries: dict[str, FakeEntry] = {}
+        self._blobs: dict[str, bytes] = {}
+        self._tuned: dict = {}
+        self.loads = 0
+
+    def add(self, spec: KernelSpec, arch: str = "sm_90", *, metadata: dict | None = None, **md_kw) -> FakeEntry:
+        md = metadata or fake_metadata(spec, arch, **md_kw)
+        key = hashlib.sha256(f"{spec.canonical_json()}|{arch}".encode()).hexdigest()
+        blob = json.dumps({"spec": spec.to_dict(), "arch": arch, "flags_per_cta": md.get("flags_per_cta", 0)}).encode()
+        e = FakeEntry(key, spec, arch, spec.label, md, hashlib.sha256(blob).hexdigest(), len(blob))
+        self._entries[key] = e
+        self._blobs[key] = blob
+        return e
+
+    def find(self, arch: str, **spec_fields) -> list[FakeEntry]:
+        for k in spec_fields:
+            if not hasattr(KernelSpec, k) and k not in KernelSpec.__dataclass_fields__:
+                raise CacheError(f"unknown spec field {k}")
+        return sorted(
+            (e for e in self._entries.values() if e.arch == arch and all(getattr(e.spec, k) == v for k, v in spec_fields.items())),
+            key=lambda e: e.label,
+        )
+
+    def get(self, key: str) -> FakeEntry:
+        try:
+            return self._entries[key]
+        except KeyError:
+            raise CacheError(f"no cache entry {key}") from None
+
+    def load_binary(self, entry_or_key) -> bytes:
+        key = entry_or_key if isinstance(entry_or_key, str) else entry_or_key.key
+        self.loads += 1
+        return self._blobs[key]
+
+    def remember_tuned(self, arch, cus, problem_key, choice):
+        self._tuned[(arch, int(cus), problem_key)] = json.loads(json.dumps(choice))
+
+    def tuned(self, arch, cus, problem_key):
+        return self._tuned.get((arch, int(cus), problem_key))
+
+
+# ---------------------------------------------------------------------------------------------
+# The fake backend
+# ---------------------------------------------------------------------------------------------
+class FakeBackend(Backend):
+    """Host memory posing as a device; launches are recorded and emulated."""
+
+    name = "fake"
+    binary_kind = "cubin"
+
+    def __init__(self, arch="sm_90", cus=8, max_active=2, device=0, emulate=True, max_shared=228 * 1024):
+        super().__init__(device)
+        self.arch = arch
+        self.compute_units = cus
+        self.device_name = f"Fake {arch}"
+        self.max_shared = max_shared
+        self.max_active = max_active
+        self.emulate = emulate
+        self.binary_kind = "hsaco" if arch.startswith("gfx") else "cubin"
+        self._mem: dict[int, bytearray] = {}
+        self._bases: list[int] = []
+        self._next = 0x7F00_0000_0000
+        self.calls: list[tuple] = []  # ("launch"|"memset"|"alloc"|"free"|..., details)
+        self.launches: list[dict] = []
+        self.memsets: list[tuple[int, int, int, int]] = []  # (ptr, byte, nbytes, stream)
+        self.allocs = 0
+        self.frees = 0
+        self.modules_loaded = 0
+        self.activations = 0
+        self.syncs = 0
+
+    # -- memory ------------------------------------------------------------------------------
+    def _resolve(self, ptr: int, nbytes: int) -> tuple[bytearray, int]:
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i < 0:
+            raise FakeFault(f"address {ptr:#x} is not device memory")
+        base = self._bases[i]
+        buf = self._mem[base]
+        off = ptr - base
+        if off + nbytes > len(buf):
+            raise FakeFault(f"access [{ptr:#x}, +{nbytes}) runs past the allocation at {base:#x} ({len(buf)} bytes)")
+        return buf, off
+
+    def read(self, ptr: int, nbytes: int) -> bytes:
+        buf, off = self._resolve(ptr, nbytes)
+        return bytes(buf[off : off + nbytes])
+
+    def write(self, ptr: int, data: bytes) -> None:
+        buf, off = self._resolve(ptr, len(data))
+        buf[off : off + len(data)] = data
+
+    def read_array(self, ptr, count, dtype_name) -> np.ndarray:
+        st = np.dtype(_STORE[dtype_name])
+        return np.frombuffer(self.read(ptr, count * st.itemsize), dtype=st).copy()
+
+    def alloc(self, nbytes: int) -> int:
+        nbytes = max(int(nbytes), 1)
+        ptr = self._next
+        self._next += -(-nbytes // 4096) * 4096 + 4096  # guard page between allocations
+        self._mem[ptr] = bytearray(b"\xab" * nbytes)  # garbage, like real device memory
+        bisect.insort(self._bases, ptr)
+        self.allocs += 1
+        self.calls.append(("alloc", nbytes, ptr))
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        if ptr not in self._mem:
+            raise FakeFault(f"free of {ptr:#x}, which is not an allocation")
+        del self._mem[ptr]
+        self._bases.remove(ptr)
+        self.frees += 1
+        self.calls.append(("free", ptr))
+
+    def live_bytes(self) -> int:
+        return sum(len(b) for b in self._mem.values())
+
+    def memset(self, ptr, byte, nbytes, stream=0):
+        buf, off = self._resolve(ptr, nbytes)
+        buf[off : off + nbytes] = bytes([byte]) * nbytes
+        self.memsets.append((ptr, byte, nbytes, stream))
+        self.calls.append(("memset", ptr, byte, nbytes, stream))
+
+    def memcpy_htod(self, dst, src, nbytes):
+        if isinstance(src, np.ndarray):
+            data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)[:nbytes].tobytes()
+        else:
+            data = bytes(memoryview(src).cast("B"))[:nbytes]
+        if len(data) != nbytes:
+            raise FakeFault(f"host buffer of {len(data)} bytes for a {nbytes}-byte copy")
+        self.write(dst, data)
+        self.calls.append(("htod", dst, nbytes))
+
+    def memcpy_dtoh(self, dst, src, nbytes):
+        data = self.read(src, nbytes)
+        assert isinstance(dst, np.ndarray) and dst.flags.c_contiguous
+        dst.reshape(-1).view(np.uint8)[:nbytes] = np.frombuffer(data, dtype=np.uint8)
+        self.calls.append(("dtoh", src, nbytes))
+
+    # -- protocol ----------------------------------------------------------------------------
+    def activate(self):
+        self.activations += 1
+
+    def _load_module(self, binary: bytes):
+        self.modules_loaded += 1
+        self.calls.append(("load", len(binary)))
+        return json.loads(binary)
+
+    def _get_function(self, module, name):
+        return {"spec": KernelSpec.from_dict(module["spec"]), "arch": module["arch"], "name": name,
+                "flags_per_cta": module.get("flags_per_cta", 0)}
+
+    def _prepare_function(self, handle, shared):
+        handle["prepared_shared"] = shared
+
+    def _occupancy(self, handle, threads, shared):
+        return self.max_active
+
+    def launch(self, fn, grid, threads, shared, kernargs, stream=0):
+        if not isinstance(kernargs, KernargBuffer):
+            kernargs = self._as_kernargs(kernargs)
+        data = bytes(kernargs.data)
+        # The extra array must point at the buffer: decode it like the driver would.
+        import ctypes
+
+        cfg = (ctypes.c_void_p * 5).from_address(kernargs.extra)
+        assert cfg[0] == self.launch_params[0] and cfg[2] == self.launch_params[1] and (cfg[4] or 0) == self.launch_params[2]
+        assert ctypes.string_at(cfg[1], kernargs.size) == data
+        assert ctypes.c_size_t.from_address(cfg[3]).value == len(data)
+        spec = fn.handle["spec"]
+        rec = {"fn": fn, "spec": spec, "grid": grid, "threads": threads, "shared": shared, "bytes": data, "stream": stream}
+        rec["args"] = decode(spec, data, fn)
+        self.launches.append(rec)
+        self.calls.append(("launch", spec.label, grid, stream))
+        if self.emulate:
+            emulate(self, spec, rec["args"], fn)
+
+    def stream_create(self):
+        return 0x5000 + len(self.calls)
+
+    def stream_destroy(self, stream):
+        pass
+
+    def stream_synchronize(self, stream):
+        self.syncs += 1
+
+    def synchronize(self):
+        self.syncs += 1
+
+    def event_create(self):
+        return {"t": None}
+
+    def event_record(self, event, stream=0):
+        event["t"] = len(self.launches)
+
+    def event_synchronize(self, event):
+        pass
+
+    def event_elapsed_ms(self, start, end):
+        return 0.001 * (end["t"] - start["t"]) * (1 + (hash(self.launches[-1]["spec"].label) % 7) / 10)
+
+    def event_destroy(self, event):
+        pass
+
+    def pointer_device(self, ptr):
+        try:
+            self._resolve(ptr, 1)
+        except FakeFault:
+            return None
+        return self.device
+
+
+def decode(spec: KernelSpec, data: bytes, fn=None) -> dict:
+    """The kernarg values in ``data`` by the ABI declaration (reserved slots included)."""
+    decl = declaration(spec.family, spec.variant)
+    for t in range(0, 8):
+        slots, size = decl.layout(t)
+        if size == len(data):
+            break
+    else:
+        raise FakeFault(f"kernarg block of {len(data)} bytes fits no layout of {spec.family}/{spec.variant}")
+    out = {}
+    for s in slots:
+        if s.arg.kind == "ptr":
+            out[s.arg.name] = struct.unpack_from("<Q", data, s.offset)[0]
+        else:
+            out[s.arg.name] = struct.unpack_from("<i", data, s.offset)[0]
+    return out
+
+
+def _problem_from_args(a: dict, spec: KernelSpec, dtype: str, dw_dtype: str) -> ConvProblem:
+    dims_in = (a["Di"], a["Hi"], a["Wi"])
+    dims_out = (a["Do"], a["Ho"], a["Wo"])
+    filt = (a["Z"], a["Y"], a["X"])
+    stride = (a["stride_d"], a["stride_h"], a["stride_w"])
+    pad = (a["pad_d"], a["pad_h"], a["pad_w"])
+    dil = (a["dil_d"], a["dil_h"], a["dil_w"])
+    pad_hi = tuple(max(0, (o - 1) * s + d * (f - 1) + 1 - i - p) for i, o, f, s, p, d in zip(dims_in, dims_out, filt, stride, pad, dil))
+    p = ConvProblem(
+        n=a["N"], c=a["C"], k=a["K"], g=a["G"], di=dims_in[0], hi=dims_in[1], wi=dims_in[2], z=filt[0], y=filt[1], x=filt[2],
+        stride=stride, pad_lo=pad, pad_hi=pad_hi, dilation=dil, dtype=dtype, dw_dtype=dw_dtype, spatial_dims=spec.spatial_dims,
+    )  # fmt: skip
+    if (p.do, p.ho, p.wo) != dims_out:
+        raise FakeFault(f"kernargs Do/Ho/Wo {dims_out} do not follow from the other scalars ({(p.do, p.ho, p.wo)})")
+    return p
+
+
+def _reference(be, p: ConvProblem, a: dict, rows: tuple[int, int] | None = None) -> np.ndarray:
+    x = from_bits(be.read_array(a["x"], p.x_numel, p.dtype), p.dtype)
+    dy = from_bits(be.read_array(a["dy"], p.dy_numel, p.dtype), p.dtype).reshape(-1, p.g * p.k)
+    if rows is not None:
+        keep = np.zeros(dy.shape[0], dtype=bool)
+        keep[rows[0] : rows[1]] = True
+        dy = np.where(keep[:, None], dy, 0.0)
+    return wgrad_reference(p, x, dy).reshape(-1)
+
+
+def _store(be, ptr, values, dtype):
+    be.write(ptr, np.ascontiguousarray(to_bits(values, dtype)).tobytes())
+
+
+def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
+    """What the real kernel would leave in memory (float64 math, rounded on store)."""
+    if spec.family == "stage2":
+        n, r = a["numel"], a["replicas"]
+        ws = be.read_array(a["ws_ptr"], n * r, "fp32").astype(np.float64).reshape(r, n)
+        _store(be, a["dw"], ws.sum(axis=0), spec.dw_dtype)
+        return
+    p = _problem_from_args(a, spec, spec.dtype, spec.dw_dtype)
+    if a["ks_count"] <= 0 or a["ks_iters"] <= 0:
+        raise FakeFault("ks_count and ks_iters must be positive")
+    numel = p.dw_numel
+    if spec.family == "wgrad":
+        t = p.tiling(spec.bm, spec.bn, spec.bk)
+        if a["ks_iters"] * a["ks_count"] < t.iters_per_tile:
+            raise FakeFault(f"ks_iters x ks_count = {a['ks_iters']} x {a['ks_count']} does not cover {t.iters_per_tile} iterations")
+        if spec.variant == "direct":
+            if a["ks_count"] != 1:
+                raise FakeFault("direct epilogue launched with ks_count != 1")
+            _store(be, a["dw"], _reference(be, p, a), spec.dw_dtype)
+        elif spec.variant == "atomic":
+            cur = be.read_array(a["dw"], numel, "fp32").astype(np.float64)
+            _store(be, a["dw"], cur + _reference(be, p, a), "fp32")
+        else:  # two_stage: split s stores its partial into replica s
+            if a["ws_bytes"] < 4 * numel * a["ks_count"]:
+                raise FakeFault(f"ws_bytes {a['ws_bytes']} < {4 * numel * a['ks_count']}")
+            for s in range(a["ks_count"]):
+                r0 = s * a["ks_iters"] * spec.bk
+                part = _reference(be, p, a, rows=(r0, r0 + a["ks_iters"] * spec.bk))
+                _store(be, a["ws_ptr"] + 4 * numel * s, part, "fp32")
+        return
+    # stream-K
+    full = _reference(be, p, a)
+    if spec.variant == "atomic":
+        cur = be.read_array(a["dw"], numel, "fp32").astype(np.float64)
+        _store(be, a["dw"], cur + full, "fp32")
+    elif spec.variant == "workspace":
+        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
+        _store(be, a["ws_ptr"], cur + full, "fp32")
+    else:  # linear / tree: the epoch-flag contract
+        sk_ctas, epoch = a["sk_ctas"], a["sk_epoch"]
+        fpc = int(fn.handle.get("flags_per_cta") or 0) or None
+        if sk_ctas:
+            if epoch <= 0:
+                raise FakeFault(f"sk_epoch {epoch} must be positive")
+            nflags = sk_ctas * (fpc or 1)
+            flags = np.frombuffer(be.read(a["sk_flags"], 4 * nflags), dtype=np.int32)
+            if np.any(flags == epoch):
+                raise FakeFault(f"a flag already holds the launch's epoch {epoch}: an owner could read a stale partial")
+            if a["sk_partials"] < a["sk_flags"] + 4 * nflags:
+                raise FakeFault("partials overlap the flag table")
+            be.write(a["sk_flags"], np.full(nflags, epoch, dtype=np.int32).tobytes())
+            be.write(a["sk_partials"], np.zeros(sk_ctas * spec.bm * spec.bn, dtype=np.float32).tobytes())
+        _store(be, a["dw"], full, spec.dw_dtype)
+
+
+def fake_backend_for_tests(**kw) -> FakeBackend:
+    return FakeBackend(**kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel sets
+# ---------------------------------------------------------------------------------------------
+def spec(family, variant, dtype="bf16", dw=None, *, dims=2, pw=False, vc=1, vk=1, tile=(32, 32, 32), warps=4, stages=2, mode=""):
+    if dw is None:
+        dw = "fp32" if variant == "atomic" else dtype
+    return KernelSpec(
+        family, variant, dtype, dw, spatial_dims=dims, pointwise=pw, vec_c=vc, vec_k=vk, bm=tile[0], bn=tile[1], bk=tile[2],
+        num_warps=warps, num_stages=stages, mode=mode, precision="ieee" if dtype == "fp32" else "",
+    )  # fmt: skip
+
+
+def stage2(dw="bf16"):
+    return KernelSpec("stage2", "reduce", dw, dw, block=1024, num_warps=4)
+
+
+def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8)), tiles=((32, 32, 32),), path=None) -> FakeCache:
+    """Every family/variant/mode at the given widths, tiles and dims, plus Stage-2 for both dW dtypes."""
+    c = FakeCache(path)
+    for d in dims:
+        for vc, vk in vecs:
+            for t in tiles:
+                for v in ("direct", "two_stage", "atomic"):
+                    c.add(spec("wgrad", v, dtype, dims=d, vc=vc, vk=vk, tile=t), arch)
+                for m in ("dp_sk", "persistent"):
+                    for r in ("linear", "tree", "atomic", "workspace"):
+                        c.add(spec("wgrad_sk", r, dtype, dims=d, vc=vc, vk=vk, tile=t, mode=m), arch)
+                c.add(spec("wgrad_sk", "workspace", dtype, "fp32", dims=d, vc=vc, vk=vk, tile=t, mode="dp_sk"), arch)
+                c.add(spec("wgrad", "two_stage", dtype, "fp32", dims=d, vc=vc, vk=vk, tile=t), arch)
+                c.add(spec("wgrad", "direct", dtype, "fp32", dims=d, vc=vc, vk=vk, tile=t), arch)
+    c.add(stage2(dtype), arch)
+    c.add(stage2("fp32"), arch)
+    return c
+
+
+def random_device_inputs(be: FakeBackend, p: ConvProblem, seed=0):
+    rng = np.random.default_rng(seed)
+    x = to_bits(rng.standard_normal(p.x_shape), p.dtype)
+    dy = to_bits(rng.standard_normal(p.dy_shape), p.dtype)
+    xp, dyp = be.alloc(x.nbytes), be.alloc(dy.nbytes)
+    be.memcpy_htod(xp, x, x.nbytes)
+    be.memcpy_htod(dyp, dy, dy.nbytes)
+    dwp = be.alloc(p.dw_numel * DTYPE_BYTES[p.dw_dtype])
+    ref = wgrad_reference(p, from_bits(x, p.dtype), from_bits(dy, p.dtype))
+    return xp, dyp, dwp, ref
+
+
+# ---------------------------------------------------------------------------------------------
+# Tests of the fakes
+# ---------------------------------------------------------------------------------------------
+def test_fake_backend_implements_the_whole_protocol():
+    be = FakeBackend()  # an abstract method left out would make this raise TypeError
+    assert isinstance(be, Backend)
+    assert not getattr(FakeBackend, "__abstractmethods__", None)
+
+
+def test_fake_memory_faults_on_out_of_bounds_and_foreign_addresses():
+    be = FakeBackend()
+    p = be.alloc(100)
+    be.memset(p, 0, 100)
+    with pytest.raises(FakeFault):
+        be.memset(p, 0, 101)
+    with pytest.raises(FakeFault):
+        be.read(0x1000, 4)
+    be.free(p)
+    with pytest.raises(FakeFault):
+        be.read(p, 1)
+
+
+def test_fake_emulator_matches_reference_for_direct_kernel():
+    from skwgrad.launcher.plan import Kernel, Plan
+
+    c = FakeCache()
+    e = c.add(spec("wgrad", "direct", "fp32", vc=1, vk=1))
+    be = FakeBackend()
+    p = ConvProblem(n=2, c=3, k=5, hi=6, wi=5, y=3, x=2, dtype="fp32", pad_lo=(0, 1, 0), pad_hi=(0, 1, 0))
+    plan = Plan(p, Kernel.from_entry(e, c), be)
+    xp, dyp, dwp, ref = random_device_inputs(be, p)
+    plan.launch(dyp, xp, dwp)
+    out = from_bits(be.read_array(dwp, p.dw_numel, "fp32"), "fp32").reshape(p.dw_shape)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_fake_emulator_detects_a_stale_epoch():
+    from skwgrad.launcher.plan import Kernel, Plan, WorkspacePool
+
+    c = FakeCache()
+    e = c.add(spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
+    be = FakeBackend(cus=4)
+    p = ConvProblem(n=4, c=8, k=8, hi=16, wi=16, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1), dtype="fp32")
+    plan = Plan(p, Kernel.from_entry(e, c), be, pool=2)
+    assert plan.geometry.partition.sk_ctas == 2
+    xp, dyp, dwp, _ = random_device_inputs(be, p)
+    plan.launch(dyp, xp, dwp)
+    pool = WorkspacePool.of(be, 0)
+    pool.epoch -= 1  # a broken epoch counter hands out the previous epoch again
+    with pytest.raises(FakeFault, match="stale"):
+        plan.launch(dyp, xp, dwp)

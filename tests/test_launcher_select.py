@@ -1,0 +1,296 @@
+"""Selection rules (SPEC section 8): auto stream-K only with few tiles, a long reduction and
+sk_ctas > 0; the split-K degree formula; explicit modes and reductions; the widest admitted
+channel vectors; tuned choices; the missing-kernel message and its compile-all command."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_launcher_fakes as F  # noqa: E402
+
+from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
+from skwgrad.abi.launch import launch_geometry  # noqa: E402
+from skwgrad.errors import ProblemError  # noqa: E402
+from skwgrad.launcher import select as S  # noqa: E402
+
+# 64x64 output channels over a long reduction: 9 tiles of 32x32 (C*Y*X = 64*9 = 576 -> 18 N tiles
+# x 2 M tiles = 36 with 32x32), iterations per tile = N*H*W / 32.
+FEW_LONG = parse_problem("n=8,c=16,k=32,h=32,w=32,y=3,x=3,padding=1")  # 1 x 5 tiles, 256 iterations
+MANY_SHORT = parse_problem("n=1,c=64,k=256,h=8,w=8,y=3,x=3,padding=1")  # 8 x 18 tiles, 2 iterations
+
+
+def occ(n):
+    return lambda k: n
+
+
+def test_problem_fixtures_are_what_the_tests_assume():
+    t = FEW_LONG.tiling(32, 32, 32)
+    assert t.num_tiles == 5 and t.iters_per_tile == 256 == S.SK_MIN_ITERS
+    t = MANY_SHORT.tiling(32, 32, 32)
+    assert t.num_tiles == 144 and t.iters_per_tile == 2
+
+
+def test_auto_picks_stream_k_for_few_tiles_over_a_long_reduction():
+    c = F.full_cache()
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2))
+    assert ch.spec.family == "wgrad_sk"
+    assert (ch.spec.mode, ch.spec.variant) == ("dp_sk", "workspace")  # the seed's auto reduction
+    assert ch.pool == 32 and ch.stage2 is not None  # 4 CTAs per CU for workspace
+    geo = launch_geometry(FEW_LONG, "wgrad_sk", "workspace", bm=32, bn=32, bk=32, mode="dp_sk", pool=ch.pool)
+    assert geo.partition.sk_ctas > 0
+    assert "sk_ctas" in ch.reason
+
+
+def test_auto_without_stage2_falls_to_linear():
+    c = F.full_cache()
+    c._entries = {k: e for k, e in c._entries.items() if e.spec.family != "stage2"}
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2))
+    assert (ch.spec.family, ch.spec.variant, ch.pool) == ("wgrad_sk", "linear", 8)
+
+
+def test_auto_keeps_split_k_when_the_partition_is_all_dp():
+    """The seed's review finding: a one-tile shape whose iterations are fewer than the pool
+    resolves to an all-DP partition; auto must keep it on split-K."""
+    p = parse_problem("n=1,c=8,k=32,h=64,w=136,y=2,x=2")  # 1 tile of 32x32, 63*135/32 -> 266 iterations
+    t = p.tiling(32, 32, 32)
+    assert t.num_tiles == 1 and S.SK_MIN_ITERS <= t.iters_per_tile < 4 * 80
+    c = F.FakeCache()
+    c.add(F.spec("wgrad_sk", "workspace", "bf16", mode="dp_sk", vc=8, vk=8))
+    c.add(F.spec("wgrad", "direct", "bf16", vc=8, vk=8))
+    c.add(F.spec("wgrad", "two_stage", "bf16", vc=8, vk=8))
+    c.add(F.stage2("bf16"))
+    geo = launch_geometry(p, "wgrad_sk", "workspace", bm=32, bn=32, bk=32, mode="dp_sk", pool=4 * 80)
+    assert geo.partition.sk_ctas == 0
+    ch = S.choose(p, c, arch="sm_90", cus=80)
+    assert ch.spec.family == "wgrad"
+    # With fewer CUs the same shape gets real stream-K work and auto takes it.
+    ch = S.choose(p, c, arch="sm_90", cus=40)
+    assert ch.spec.family == "wgrad_sk" and ch.pool == 160
+
+
+def test_auto_uses_split_k_for_many_tiles_or_a_short_reduction():
+    c = F.full_cache()
+    ch = S.choose(MANY_SHORT, c, arch="sm_90", cus=8, occupancy=occ(4))
+    assert ch.spec.family == "wgrad"
+    ch2 = S.choose(FEW_LONG, c, arch="sm_90", cus=4, occupancy=occ(4))  # 5 tiles >= 4 CUs
+    assert ch2.spec.family == "wgrad"
+
+
+@pytest.mark.parametrize("cus,occupancy,tiles,ipt,expect", [
+    (132, 2, 5, 256, 52),  # floor(2*132/5)
+    (132, 1, 5, 256, 26),
+    (8, 4, 144, 2, 1),  # more tiles than slots: one split
+    (132, 2, 1, 8, 8),  # clamped to the iterations
+])  # fmt: skip
+def test_split_k_degree_formula(cus, occupancy, tiles, ipt, expect):
+    c = F.full_cache()
+    p = {5: FEW_LONG, 144: MANY_SHORT, 1: parse_problem("n=1,c=8,k=32,h=17,w=17,y=2,x=2")}[tiles]
+    t = p.tiling(32, 32, 32)
+    assert (t.num_tiles, t.iters_per_tile) == (tiles, ipt)
+    ch = S.choose(p, c, arch="sm_90", cus=cus, streamk="off", occupancy=occ(occupancy))
+    assert ch.spec.family == "wgrad"
+    assert ch.ks_count == expect
+    assert ch.spec.variant == ("direct" if expect == 1 else "two_stage")
+    plan = ch.plan(p, F.FakeBackend(cus=cus, max_active=occupancy))
+    assert plan.ks_count <= expect
+
+
+def test_split_k_offline_occupancy_is_one():
+    c = F.full_cache()
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=132, streamk="off")
+    assert ch.ks_count == 132 // 5
+
+
+def test_explicit_modes_reductions_and_knobs():
+    c = F.full_cache()
+    for mode in ("dp_sk", "persistent"):
+        for red in ("linear", "tree", "workspace"):
+            ch = S.choose(MANY_SHORT, c, arch="sm_90", cus=8, streamk=mode, reduction=red)
+            assert (ch.spec.mode, ch.spec.variant) == (mode, red)
+    pf = ConvProblem.from_torch(batch=8, in_channels=16, out_channels=32, input_size=(32, 32), kernel_size=3, padding=1, dw_dtype="fp32")
+    ch = S.choose(pf, c, arch="sm_90", cus=8, streamk="persistent", reduction="atomic", streamk_ctas=7)
+    assert (ch.spec.variant, ch.pool, ch.spec.dw_dtype) == ("atomic", 7, "fp32")
+    ch = S.choose(pf, c, arch="sm_90", cus=8, streamk="off", reduction="atomic", ks_count=3)
+    assert (ch.spec.family, ch.spec.variant, ch.ks_count) == ("wgrad", "atomic", 3)
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, reduction="linear")  # a stream-K-only reduction implies stream-K
+    assert ch.spec.family == "wgrad_sk" and ch.spec.variant == "linear"
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, reduction="two_stage", ks_count=5)
+    assert (ch.spec.variant, ch.ks_count) == ("two_stage", 5)
+    with pytest.raises(ProblemError, match="stream-K reduction"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="off", reduction="linear")
+    with pytest.raises(ProblemError, match="split-K epilogue"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", reduction="two_stage")
+    with pytest.raises(ProblemError, match="ks_count"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", ks_count=2)
+    with pytest.raises(ProblemError, match="must be fp32"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, reduction="atomic")
+    with pytest.raises(ProblemError, match="streamk_ctas"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", streamk_ctas=0)
+    with pytest.raises(ProblemError, match="direct"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="off", reduction="direct", ks_count=2)
+    with pytest.raises(ProblemError, match="streamk="):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="on")
+
+
+def test_forced_linear_pool_beyond_co_residency_is_refused():
+    c = F.full_cache()
+    with pytest.raises(ProblemError, match="co-resident"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", reduction="linear", streamk_ctas=17, occupancy=occ(2))
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", reduction="linear", streamk_ctas=16, occupancy=occ(2))
+    assert ch.pool == 16
+
+
+def test_widest_vectors_and_pointwise_are_preferred():
+    c = F.full_cache(vecs=((1, 1), (8, 8), (1, 8)))
+    for pw in (False, True):
+        c.add(F.spec("wgrad", "direct", "bf16", vc=8, vk=8, pw=pw, tile=(64, 64, 32)))
+    ch = S.choose(MANY_SHORT, c, arch="sm_90", cus=8, streamk="off")
+    assert (ch.spec.vec_c, ch.spec.vec_k) == (8, 8) and not ch.spec.pointwise
+    first_layer = parse_problem("n=8,c=3,k=64,h=32,w=32,y=7,x=7,stride=2,padding=3")
+    ch = S.choose(first_layer, c, arch="sm_90", cus=8, streamk="off")
+    assert (ch.spec.vec_c, ch.spec.vec_k) == (1, 8)
+    pw_problem = parse_problem("n=2,c=64,k=64,h=8,w=8,y=1,x=1")
+    ch = S.choose(pw_problem, c, arch="sm_90", cus=8, streamk="off")
+    assert ch.spec.pointwise
+    odd = parse_problem("n=2,c=6,k=10,h=8,w=8,y=3,x=3")
+    ch = S.choose(odd, c, arch="sm_90", cus=8, streamk="off")
+    assert (ch.spec.vec_c, ch.spec.vec_k) == (1, 1)
+
+
+def test_dims_and_dtypes_must_match():
+    c = F.full_cache(dims=(2,))
+    p3 = parse_problem("n=2,c=8,k=8,d=4,h=8,w=8,z=3,y=3,x=3,padding=1")
+    with pytest.raises(S.NoKernelError, match="compile-all"):
+        S.choose(p3, c, arch="sm_90", cus=8)
+    c3 = F.full_cache(dims=(3,))
+    assert S.choose(p3, c3, arch="sm_90", cus=8).spec.spatial_dims == 3
+    fp16 = parse_problem("n=2,c=8,k=8,h=8,w=8,y=3,x=3,dtype=fp16")
+    with pytest.raises(S.NoKernelError):
+        S.choose(fp16, c, arch="sm_90", cus=8)
+    with pytest.raises(S.NoKernelError):
+        S.choose(MANY_SHORT, c, arch="gfx942", cus=304)
+
+
+def test_tile_override():
+    c = F.full_cache(tiles=((32, 32, 32), (64, 64, 32)))
+    ch = S.choose(MANY_SHORT, c, arch="sm_90", cus=8, streamk="off", tile=(64, 64, 32))
+    assert (ch.spec.bm, ch.spec.bn, ch.spec.bk) == (64, 64, 32)
+    with pytest.raises(S.NoKernelError, match="--tiles 128x128x64"):
+        S.choose(MANY_SHORT, c, arch="sm_90", cus=8, streamk="off", tile=(128, 128, 64))
+
+
+def _run_sweep_of(cmd: str):
+    """Parse a printed compile-all command and enumerate what it would build."""
+    from skwgrad.aot.sweep import sweep
+
+    argv = shlex.split(cmd)
+    assert argv[:2] == ["skwgrad", "compile-all"]
+    opts = {}
+    it = iter(argv[2:])
+    for a in it:
+        assert a.startswith("--"), a
+        opts[a[2:]] = next(it)
+    return sweep(
+        opts.get("preset", "default"), [opts["arch"]], [opts["dtype"]], streamk=opts.get("streamk", "all"),
+        reductions=opts.get("streamk-reductions"), tiles=opts.get("tiles"),
+    ), opts  # fmt: skip
+
+
+@pytest.mark.parametrize("streamk,reduction,problem", [
+    ("auto", "auto", "n=2,c=8,k=8,d=4,h=8,w=8,z=3,y=3,x=3,padding=1"),
+    ("off", "auto", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1"),
+    ("dp_sk", "linear", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1"),
+    ("persistent", "tree", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1"),
+    ("dp_sk", "tree", "n=4,c=32,k=32,g=32,h=14,w=14,y=7,x=7,padding=3"),  # depthwise: scalar tree kernel
+    ("off", "atomic", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32"),
+])  # fmt: skip
+def test_missing_kernel_message_names_a_command_that_builds_one(streamk, reduction, problem, tmp_path):
+    p = parse_problem(problem)
+    c = F.FakeCache(path=tmp_path / "cache")
+    with pytest.raises(S.NoKernelError) as ei:
+        S.choose(p, c, arch="sm_90", cus=132, streamk=streamk, reduction=reduction)
+    msg = str(ei.value)
+    assert p.describe() in msg and "sm_90" in msg
+    m = re.search(r"(skwgrad compile-all [^\n]+)", msg)
+    assert m, msg
+    items, opts = _run_sweep_of(m.group(1))
+    assert opts["cache"] == str(tmp_path / "cache")
+    # The real command line accepts it as printed.
+    from click.testing import CliRunner
+
+    from skwgrad.cli import main
+
+    r = CliRunner().invoke(main, shlex.split(m.group(1))[1:] + ["--dry-run"])
+    assert r.exit_code == 0, r.output
+    # Building what the command names makes the same request succeed.
+    for it in items:
+        c.add(it.spec, it.arch)
+    ch = S.choose(p, c, arch="sm_90", cus=132, streamk=streamk, reduction=reduction)
+    if streamk in ("dp_sk", "persistent"):
+        assert ch.spec.mode == streamk
+    if reduction != "auto":
+        assert ch.spec.variant == reduction
+
+
+def test_missing_stage2_is_named():
+    c = F.FakeCache()
+    c.add(F.spec("wgrad_sk", "workspace", "bf16", mode="dp_sk", vc=8, vk=8))
+    with pytest.raises(S.NoKernelError, match="Stage-2"):
+        S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", reduction="workspace")
+
+
+def test_tuned_choice_wins_and_stale_records_are_ignored():
+    c = F.full_cache()
+    rule = S.choose(FEW_LONG, c, arch="sm_90", cus=8)
+    pf = ConvProblem(**{**{f: getattr(FEW_LONG, f) for f in ("n", "c", "k", "hi", "wi", "y", "x", "pad_lo", "pad_hi")}, "dw_dtype": "fp32"})
+    tuned_entry = next(e for e in c.find("sm_90", family="wgrad_sk", variant="tree", mode="persistent", vec_c=8))
+    c.remember_tuned("sm_90", 8, S.problem_key(FEW_LONG), {"key": tuned_entry.key, "pool": 5, "ks_count": 1})
+    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8)
+    assert ch.kernel.key == tuned_entry.key and ch.pool == 5 and ch.reason == "tuned"
+    assert S.choose(FEW_LONG, c, arch="sm_90", cus=16).kernel.key == rule.kernel.key  # other CU count
+    assert S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="off").spec.family == "wgrad"  # explicit wins
+    c.remember_tuned("sm_90", 8, S.problem_key(FEW_LONG), {"key": "0" * 64, "pool": 5})
+    assert S.choose(FEW_LONG, c, arch="sm_90", cus=8).kernel.key == rule.kernel.key
+    assert S.problem_key(pf) != S.problem_key(FEW_LONG)  # dW dtype is part of the key
+
+
+def test_tune_times_every_candidate_and_remembers_the_fastest():
+    c = F.full_cache(dims=(2,), vecs=((8, 8),))
+    be = F.FakeBackend(cus=8, max_active=2)
+    rows = S.tune(FEW_LONG, be, c, warmup=1, iters=3)
+    n = len(S.all_choices(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2)))
+    assert len(rows) == n == 8  # direct, two_stage, {dp_sk, persistent} x {linear, tree, workspace}
+    us = [r["us"] for r in rows if "us" in r]
+    assert us == sorted(us)
+    best = c.tuned("sm_90", 8, S.problem_key(FEW_LONG))
+    assert best["key"] == rows[0]["key"]
+    assert S.choose(FEW_LONG, c, arch="sm_90", cus=8).kernel.key == rows[0]["key"]
+    assert be.live_bytes() == sum(p.nbytes for p in be.pools.values())  # inputs freed
+
+
+def test_all_choices_filters():
+    c = F.full_cache(dims=(2,), vecs=((8, 8),))
+    allc = S.all_choices(FEW_LONG, c, arch="sm_90", cus=8)
+    fams = {(x.spec.family, x.spec.mode, x.spec.variant) for x in allc}
+    assert ("wgrad", "", "direct") in fams and ("wgrad_sk", "persistent", "tree") in fams
+    assert all(x.spec.dw_dtype == "bf16" for x in allc)
+    only = S.all_choices(FEW_LONG, c, arch="sm_90", cus=8, streamk="dp_sk", reductions=["linear"])
+    assert {(x.spec.mode, x.spec.variant) for x in only} == {("dp_sk", "linear")}
+    off = S.all_choices(FEW_LONG, c, arch="sm_90", cus=8, streamk="off")
+    assert off and all(x.spec.family == "wgrad" for x in off)
+
+
+def test_no_preset_builds_it_says_so_and_offers_split_k():
+    p = parse_problem("n=4,c=6,k=6,h=14,w=14,y=3,x=3,padding=1")  # stream-K is built at vector width 8 only
+    with pytest.raises(S.NoKernelError) as ei:
+        S.choose(p, F.FakeCache(), arch="sm_90", cus=132, streamk="persistent", reduction="linear")
+    msg = str(ei.value)
+    assert "no compile-all preset builds one" in msg and "streamk='off'" in msg
+    items, _ = _run_sweep_of(re.search(r"(skwgrad compile-all [^\n]+)", msg).group(1))
+    assert any(it.spec.family == "wgrad" and S._admits(it.spec, p) for it in items)

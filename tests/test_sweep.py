@@ -1,0 +1,241 @@
+"""The compile-all sweep (SPEC section 6): presets, filters, stream-K pruning, Stage-2, dry run.
+
+Nothing here compiles. Expected sets are derived from the SPEC's wording, not from sweep.py's
+tables: e.g. the pruning predicate below is written from section 6's sentence.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+from click.testing import CliRunner
+
+from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.aot.spec import KernelSpec
+from skwgrad.aot.sweep import SweepError, counts, parse_tiles, sweep, Tile
+from skwgrad.cli import main
+
+ARCHES = ("gfx942", "gfx950", "sm_90")
+W = {"fp16": 8, "bf16": 8, "fp32": 4}  # 16 bytes / element size
+SK_PAIRS = {"linear", "tree", "atomic", "workspace"}
+
+
+def specs(items, arch=None):
+    return [it.spec for it in items if arch is None or it.arch == arch]
+
+
+def allowed_streamk(s: KernelSpec) -> bool:
+    """SPEC 6: stream-K at the widest width W, (W,W) and (W,1), every reduction but tree; and
+    scalar dp_sk x {tree, workspace} on tiles with BN >= 128 (depthwise). (W,1) is (A=dy, B=x)
+    order: vec_k = W, vec_c = 1."""
+    w = W[s.dtype]
+    if (s.vec_c, s.vec_k) in ((w, w), (1, w)) and s.variant != "tree":
+        return True
+    return (s.vec_c, s.vec_k) == (1, 1) and s.mode == "dp_sk" and s.variant in ("tree", "workspace") and s.bn >= 128 and not s.pointwise
+
+
+# -- smoke ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ARCHES)
+def test_smoke_has_every_family_mode_and_reduction_per_arch(arch):
+    items = sweep("smoke", arches=[arch])
+    assert {it.arch for it in items} == {arch}
+    ss = specs(items)
+    assert 13 <= len(ss) <= 20, len(ss)  # small: CI compiles it
+    wg = {s.variant for s in ss if s.family == "wgrad"}
+    assert wg == {"direct", "atomic", "two_stage"}
+    sk = {(s.mode, s.variant) for s in ss if s.family == "wgrad_sk"}
+    assert sk == set(itertools.product(("dp_sk", "persistent"), SK_PAIRS))
+    # Stage-2 for every dW dtype a two_stage/workspace kernel writes, and no other.
+    need = {s.dw_dtype for s in ss if s.variant in ("two_stage", "workspace")}
+    st2 = [s for s in ss if s.family == "stage2"]
+    assert {s.dw_dtype for s in st2} == need == {"bf16", "fp32"}
+    for s in st2:
+        assert s == KernelSpec("stage2", "reduce", s.dw_dtype, s.dw_dtype, block=STAGE2_BLOCK, num_warps=4)
+    for s in ss:
+        if s.variant == "atomic":
+            assert s.dw_dtype == "fp32"
+    # also a 3-D, a pointwise and a non-W-aligned kernel, so those code paths are compiled in CI
+    assert any(s.spatial_dims == 3 for s in ss)
+    assert any(s.pointwise for s in ss)
+    assert any(s.family != "stage2" and (s.vec_c, s.vec_k) != (8, 8) for s in ss)
+
+
+def test_smoke_several_arches_and_dtypes():
+    items = sweep("smoke", arches=["gfx942", "gfx950"], dtypes=["fp16", "fp32"])
+    c = Counter(it.arch for it in items)
+    assert set(c) == {"gfx942", "gfx950"} and c["gfx942"] == c["gfx950"]
+    for s in specs(items):
+        if s.dtype == "fp32" and s.family != "stage2":
+            assert s.precision == "ieee"
+        assert s.dtype in ("fp16", "fp32")
+    assert sweep("smoke") == sorted(sweep("smoke"), key=lambda it: (ARCHES.index(it.arch), it.spec))
+    assert {it.arch for it in sweep("smoke")} == set(ARCHES)  # no --arch: every target
+
+
+def test_smoke_respects_streamk_filters():
+    off = specs(sweep("smoke", arches=["gfx942"], streamk="off"))
+    assert not any(s.family == "wgrad_sk" for s in off)
+    assert {s.variant for s in off if s.family == "wgrad"} == {"direct", "atomic", "two_stage"}
+    pers = specs(sweep("smoke", arches=["gfx942"], streamk="persistent", reductions="linear,tree"))
+    assert {(s.mode, s.variant) for s in pers if s.family == "wgrad_sk"} == {("persistent", "linear"), ("persistent", "tree")}
+    # --tiles replaces the smoke tile
+    t = specs(sweep("smoke", arches=["gfx942"], tiles="64x64x64w4s3"))
+    assert {(s.bm, s.bn, s.bk, s.num_warps, s.num_stages) for s in t if s.family != "stage2"} == {(64, 64, 64, 4, 3)}
+
+
+# -- default / full: pruning, widths, precisions ----------------------------------------------
+@pytest.fixture(scope="module")
+def full_gfx942():
+    return sweep("full", arches=["gfx942"], dtypes=["bf16", "fp32"])
+
+
+@pytest.fixture(scope="module")
+def default_all():
+    return sweep("default")
+
+
+def test_streamk_pruning_rule_full(full_gfx942):
+    ss = specs(full_gfx942)
+    sk = [s for s in ss if s.family == "wgrad_sk"]
+    assert sk and all(allowed_streamk(s) for s in sk)
+    # ... and everything the rule allows is there: for each split-K base config at (W, W) there
+    # is a stream-K kernel per mode and non-tree reduction (atomic: fp32 dW).
+    have = {s for s in sk}
+    for s in ss:
+        if s.family == "wgrad" and s.variant == "direct" and (s.vec_c, s.vec_k) == (W[s.dtype],) * 2:
+            for mode, red, (vc, vk) in itertools.product(("dp_sk", "persistent"), ("linear", "atomic", "workspace"), ((W[s.dtype],) * 2, (1, W[s.dtype]))):
+                if red == "atomic" and s.dw_dtype != "fp32":
+                    continue
+                want = KernelSpec(**{**s.to_dict(), "family": "wgrad_sk", "variant": red, "mode": mode, "vec_c": vc, "vec_k": vk})
+                assert want in have, want.label
+            if s.bn >= 128 and not s.pointwise:
+                for red in ("tree", "workspace"):
+                    want = KernelSpec(**{**s.to_dict(), "family": "wgrad_sk", "variant": red, "mode": "dp_sk", "vec_c": 1, "vec_k": 1})
+                    assert want in have, want.label
+    # tree only ever scalar dp_sk on BN >= 128; persistent never has tree in the pruned presets
+    assert all(s.mode == "dp_sk" and s.bn >= 128 and (s.vec_c, s.vec_k) == (1, 1) for s in sk if s.variant == "tree")
+    assert any(s.variant == "tree" for s in sk)
+
+
+def test_splitk_at_every_width_in_full(full_gfx942):
+    by_dtype = {}
+    for s in specs(full_gfx942):
+        if s.family == "wgrad":
+            by_dtype.setdefault(s.dtype, set()).add((s.vec_c, s.vec_k))
+    for dt, pairs in by_dtype.items():
+        widths = [1 << i for i in range(W[dt].bit_length())]
+        assert pairs == set(itertools.product(widths, widths)), dt
+
+
+def test_full_space_dimensions(full_gfx942):
+    ss = [s for s in specs(full_gfx942) if s.family == "wgrad"]
+    assert {s.bm for s in ss} == {32, 64, 128, 256} == {s.bn for s in ss}
+    assert {s.bk for s in ss} == {32, 64, 128}
+    assert {s.num_warps for s in ss} == {4, 8}
+    assert {s.num_stages for s in ss} >= {2, 3}
+    assert {s.spatial_dims for s in ss} == {2, 3} and {s.pointwise for s in ss} == {False, True}
+    assert {(s.dtype, s.dw_dtype) for s in ss} == {("bf16", "bf16"), ("bf16", "fp32"), ("fp32", "fp32")}
+    assert {s.precision for s in ss if s.dtype == "fp32"} == {"ieee", "tf32"}
+    assert all(s.dw_dtype == "fp32" for s in specs(full_gfx942) if s.variant == "atomic")
+    assert len(set(full_gfx942)) == len(full_gfx942)
+
+
+def test_gfx950_never_gets_tf32():
+    for preset in ("smoke", "default"):
+        ss = specs(sweep(preset, arches=["gfx950"], dtypes=["fp32"]))
+        assert ss and not any(s.precision == "tf32" for s in ss)
+    ss = specs(sweep("full", arches=["gfx950"], dtypes=["fp32"], tiles="64x64x32"))
+    assert ss and {s.precision for s in ss if s.family != "stage2"} == {"ieee"}
+    for arch in ("gfx942", "sm_90"):
+        assert "tf32" in {s.precision for s in specs(sweep("default", arches=[arch], dtypes=["fp32"]))}
+
+
+def test_default_is_pruned_and_covers_every_dtype(default_all):
+    ss = specs(default_all)
+    assert all(allowed_streamk(s) for s in ss if s.family == "wgrad_sk")
+    for arch in ARCHES:
+        a = specs(default_all, arch)
+        assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
+        assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "atomic", "workspace"))) | {("dp_sk", "tree")}
+        assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
+        # every channel count is served by split-K: vec 1 in both operands exists for every dtype
+        for dt in ("fp16", "bf16", "fp32"):
+            assert any(s.family == "wgrad" and s.dtype == dt and (s.vec_c, s.vec_k) == (1, 1) for s in a)
+    # counts are per arch/dtype/family
+    c = counts(default_all)
+    assert sum(c.values()) == len(default_all)
+
+
+def test_streamk_off_keeps_splitk_keys_and_labels():
+    from skwgrad.cache.store import Cache
+
+    both = sweep("default", arches=["gfx942"], dtypes=["bf16"])
+    off = sweep("default", arches=["gfx942"], dtypes=["bf16"], streamk="off")
+    assert not any(it.spec.family == "wgrad_sk" for it in off)
+    split_both = [it for it in both if it.spec.family != "wgrad_sk"]
+    assert off == split_both
+    assert [Cache.key_for(it.spec, it.arch) for it in off] == [Cache.key_for(it.spec, it.arch) for it in split_both]
+    assert [it.spec.label for it in off] == [it.spec.label for it in split_both]
+
+
+def test_streamk_mode_and_reduction_filters():
+    dp = specs(sweep("default", arches=["sm_90"], dtypes=["fp16"], streamk="dp_sk", reductions="workspace"))
+    sk = [s for s in dp if s.family == "wgrad_sk"]
+    assert sk and {(s.mode, s.variant) for s in sk} == {("dp_sk", "workspace")}
+    # tree with persistent is pruned outside smoke: nothing stream-K is left
+    pt = specs(sweep("default", arches=["sm_90"], dtypes=["fp16"], streamk="persistent", reductions=["tree"]))
+    assert not any(s.family == "wgrad_sk" for s in pt)
+
+
+def test_tiles_filter_replaces_preset_tiles():
+    items = sweep("default", arches=["gfx942"], dtypes=["bf16"], tiles="64x128x32,32x32x32w2s1")
+    cfg = {(s.bm, s.bn, s.bk, s.num_warps, s.num_stages) for s in specs(items) if s.family != "stage2"}
+    assert cfg == {(64, 128, 32, 4, 2), (32, 32, 32, 2, 1)}
+    assert parse_tiles("128x128x64w8s3") == (Tile(128, 128, 64, 8, 3),)
+    assert parse_tiles("") is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"preset": "huge"}, ["preset", "smoke, default, full"]),
+        ({"arches": ["gfx90a"]}, ["gfx90a", "gfx942, gfx950, sm_90"]),
+        ({"dtypes": ["fp8"]}, ["fp8", "fp16, bf16, fp32"]),
+        ({"reductions": "linear,fancy"}, ["linear, tree, atomic, workspace"]),
+        ({"streamk": "sometimes"}, ["off, dp_sk, persistent, all"]),
+        ({"tiles": "128x128"}, ["BMxBNxBK"]),
+        ({"tiles": "96x128x64"}, ["power of two"]),
+    ],
+)
+def test_bad_input_says_what_to_use(kwargs, words):
+    kw = {"preset": "default", **kwargs}
+    with pytest.raises(SweepError) as e:
+        sweep(kw.pop("preset"), **kw)
+    for w in words:
+        assert w in str(e.value)
+
+
+# -- CLI dry run --------------------------------------------------------------------------------
+def test_dry_run_prints_counts_and_touches_nothing(tmp_path):
+    cache = tmp_path / "c"
+    r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--arch", "gfx950", "--dry-run", "--cache", str(cache)])
+    assert r.exit_code == 0, r.output
+    items = sweep("smoke", arches=["gfx942", "gfx950"])
+    c = counts(items)
+    assert f"total: {len(items)} kernels" in r.output
+    for arch in ("gfx942", "gfx950"):
+        line = next(ln for ln in r.output.splitlines() if ln.startswith(arch) and " bf16 " in ln)
+        nums = [int(v) for v in line.split()[2:]]
+        assert nums == [c[(arch, "bf16", "wgrad")], c[(arch, "bf16", "wgrad_sk")], c[(arch, "bf16", "stage2")], sum(nums[:3])]
+    assert not cache.exists()
+
+
+def test_cli_rejects_bad_values():
+    r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "gfx90a", "--dry-run"])
+    assert r.exit_code == 2 and "gfx942" in r.output
+    r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--streamk-reductions", "fast", "--dry-run"])
+    assert r.exit_code == 2 and "error:" in r.output and "linear, tree, atomic, workspace" in r.output
+    r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--tiles", "1x2", "--dry-run"])
+    assert r.exit_code == 2 and "BMxBNxBK" in r.output
