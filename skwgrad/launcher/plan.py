@@ -459,15 +459,21 @@ class Plan:
         return arrays.run_plan(self, x, dy, out=out, stream=stream, layout=layout)
 
     # -- timing --------------------------------------------------------------------------------
-    def time(self, dy: int, x: int, dw: int, *, stream: int = 0, warmup: int = 5, iters: int = 50) -> dict:
+    def time(self, dy: int, x: int, dw: int, *, stream: int = 0, warmup: int = 5, iters: int = 50, hold=None) -> dict:
         """Device time of one launch (median and min over ``iters`` event-timed launches after
-        ``warmup``) and the host time per launch of the same calls."""
+        ``warmup``) and the host time per launch of the same calls.
+
+        ``hold(stream)``, when given, enqueues a long wait on the stream first, so every
+        (event, launch, event) triple is queued before the device reaches it and the events
+        bracket device work only, not the host's launch overhead."""
         be = self.backend
         for _ in range(warmup):
             self.launch(dy, x, dw, stream)
         be.stream_synchronize(stream)
         events = [(be.event_create(), be.event_create()) for _ in range(iters)]
         host = 0.0
+        if hold is not None:
+            hold(stream)
         try:
             for a, b in events:
                 be.event_record(a, stream)
