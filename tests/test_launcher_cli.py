@@ -121,3 +121,18 @@ def test_corpus(env, tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [x["name"] for x in rows] == ["tiny_dense", "tiny_grouped"] and all(x["ok"] for x in rows)
     assert run().exit_code != 0  # neither --problem nor --corpus
+
+
+def test_tune_remembers_the_fastest_and_auto_then_runs_it(env, tmp_path):
+    be, cache = env
+    out = tmp_path / "r.json"
+    r = run("--problem", PROBLEM, "--tune", "--verify", "--json", str(out))
+    assert r.exit_code == 0, r.output
+    assert "tuned" in r.output
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.launcher.select import problem_key
+
+    best = cache.tuned(be.arch, be.compute_units, problem_key(parse_problem(PROBLEM)))
+    assert best is not None and best["us"] > 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["ok"] and row["key"] == best["key"]  # auto ran the remembered kernel

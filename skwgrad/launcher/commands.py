@@ -136,12 +136,13 @@ def format_table(rows) -> str:
 
 def run_problems(
     problems, *, backend, cache, streamk="auto", reductions=(), streamk_ctas=-1, tile=None, all_candidates=False,
-    verify=True, bench=False, baseline=None, seed=0, warmup=10, iters=50, echo=print,
+    verify=True, bench=False, baseline=None, seed=0, warmup=10, iters=50, echo=print, tune=False,
 ) -> tuple[list[dict], bool]:
     """Run each problem's selected (or every matching) cached kernel. Returns (rows, all ok)."""
     from skwgrad.launcher import arrays
     from skwgrad.launcher.api import _occupancy
     from skwgrad.launcher.select import NoKernelError, all_choices, choose
+    from skwgrad.launcher.select import tune as tune_problem
     from skwgrad.reference import relative_error, tolerance, wgrad_reference
 
     occ = _occupancy(backend)
@@ -150,6 +151,10 @@ def run_problems(
     for name, regime, p in problems:
         base = {"name": name, "regime": regime, "problem": p.describe(), "gflop": p.flops / 1e9}
         try:
+            if tune:  # time every cached candidate; the fastest is remembered and auto picks it below
+                timed = tune_problem(p, backend, cache, warmup=3, iters=10, seed=seed, hold=stream_hold() if backend.binary_kind == "cubin" else None)
+                fastest = next((r for r in timed if "us" in r), None)
+                echo(f"{name}: tuned {len(timed)} candidates" + (f", fastest {fastest['us']:.1f} us" if fastest else ""))
             if all_candidates or streamk == "all":
                 choices = all_choices(
                     p, cache, arch=backend.arch, cus=backend.compute_units, streamk="all" if streamk == "auto" else streamk,
@@ -238,8 +243,9 @@ def run_problems(
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup", type=int, default=10, show_default=True)
 @click.option("--iters", type=int, default=50, show_default=True)
+@click.option("--tune", is_flag=True, help="first time every cached candidate per problem and remember the fastest in the cache (keyed by arch, CU count, problem, dtype); auto then runs it")
 def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, streamk_ctas, tile, all_candidates, verify,
-                   bench, baseline, json_path, cache_dir, seed, warmup, iters):  # fmt: skip
+                   bench, baseline, json_path, cache_dir, seed, warmup, iters, tune):  # fmt: skip
     """Run cached kernels on fresh random inputs; verify against float64 and time them. Never compiles:
     with no matching kernel it prints the compile-all command that would build one and exits 1."""
     from skwgrad import __version__
@@ -265,7 +271,7 @@ def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, str
     rows, ok = run_problems(
         problems, backend=backend, cache=cache, streamk=streamk, reductions=reductions, streamk_ctas=streamk_ctas,
         tile=tile_t, all_candidates=all_candidates, verify=verify, bench=bench, baseline=baseline, seed=seed,
-        warmup=warmup, iters=iters, echo=lambda m: click.echo(m, err=True),
+        warmup=warmup, iters=iters, echo=lambda m: click.echo(m, err=True), tune=tune,
     )  # fmt: skip
     click.echo(format_table(rows))
     if json_path:

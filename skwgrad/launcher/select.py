@@ -454,7 +454,8 @@ def all_choices(
 # ---------------------------------------------------------------------------------------------
 # Tuning
 # ---------------------------------------------------------------------------------------------
-def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None, warmup=3, iters=20, remember=True, seed=0) -> list[dict]:
+def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None, warmup=3, iters=20, remember=True, seed=0,
+         hold=None) -> list[dict]:
     """Time every cached candidate for ``problem`` on ``backend`` and remember the fastest
     (``cache.remember_tuned``), which ``choose(streamk='auto')`` then uses. Returns one row per
     candidate (fastest first): the choice, median microseconds, or the error that stopped it."""
@@ -476,7 +477,7 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
             row = {**c.to_dict()}
             try:
                 plan = c.plan(problem, backend)
-                t = plan.time(bufs.dy, bufs.x, bufs.dw, warmup=warmup, iters=iters)
+                t = plan.time(bufs.dy, bufs.x, bufs.dw, warmup=warmup, iters=iters, hold=hold)
                 row["us"] = t["median_us"]
             except SkwgradError as e:
                 row["error"] = str(e)
