@@ -6,9 +6,11 @@ Two steps, so the GPU machine never compiles:
   GPU machine: python benchmarks/gpu_kernels.py check --kernels .device/kernels --out DIR
                python benchmarks/gpu_kernels.py bench --kernels .device/kernels --corpus tests/data/wgrad_shapes.csv --out DIR
 
-The launch path is skwgrad's own: ``launch_geometry`` for grid/partition/workspace and the ABI
-``Packer`` for the kernarg block, passed to ``cuLaunchKernel`` slot by slot. Tensors and memsets
-go through torch, which is also the cuDNN baseline. References are float64 numpy.
+The launch path is deliberately minimal and independent of ``skwgrad.launcher``, so it also
+cross-checks it. Grid, partition and workspace come from ``launch_geometry``, and the kernarg
+block is packed by the ABI ``Packer`` and passed to ``cuLaunchKernel`` one slot at a time,
+where the launcher passes one packed buffer. Tensors and memsets go through torch, which is
+also the cuDNN baseline. References are float64.
 """
 
 from __future__ import annotations
