@@ -33,6 +33,7 @@ Integrity: the sha256 of an object is checked on every read (``load_binary``, ``
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -296,19 +297,8 @@ class Cache:
         if self._object_ok(sha, len(data)):
             return sha
         final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{sha[:16]}.", suffix=".tmp", dir=self.path / OBJECTS / TMP)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with _replacing(final, dir=self.path / OBJECTS / TMP, prefix=f"{sha[:16]}.", suffix=".tmp") as tmp:
+            Path(tmp).write_bytes(data)
         _fsync_dir(final.parent)
         return sha
 
@@ -612,27 +602,16 @@ class Cache:
         }  # fmt: skip
         mode = "w:gz" if file.name.endswith((".gz", ".tgz")) else "w"
         file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=file.name + ".", suffix=".part", dir=file.parent)
-        os.close(fd)
-        try:
+        done = set()
+        with _replacing(file, dir=file.parent, prefix=file.name + ".", suffix=".part") as tmp:
             with tarfile.open(tmp, mode) as tar:
                 _add_bytes(tar, "manifest.json", json.dumps(manifest, sort_keys=True, indent=1).encode())
-                done = set()
                 for r in rows:
                     if r["sha256"] in done:
                         continue
                     data = self._read_object(r["sha256"], r["nbytes"], f"{r['label']} ({r['key'][:12]}) on {r['arch']}")
                     _add_bytes(tar, f"objects/{r['sha256']}", data)
                     done.add(r["sha256"])
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, file)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
         return {"entries": len(rows), "objects": len(done), "tuned": len(tuned), "file": str(file)}
 
     def import_(self, file) -> dict:
@@ -717,6 +696,26 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes):
     info.mtime = int(time.time())
     info.mode = 0o644
     tar.addfile(info, io.BytesIO(data))
+
+
+@contextlib.contextmanager
+def _replacing(final: Path, *, dir: Path, prefix: str, suffix: str):
+    """Yield a temp file path beside ``final``; once the body has filled it, fsync it and
+    ``os.replace`` it onto ``final`` (atomic). On any failure the temp file is removed and
+    ``final`` is untouched: a kill at any moment leaves either the old file or the new one."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=dir)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _fsync_dir(path: Path):
