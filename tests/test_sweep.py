@@ -239,3 +239,15 @@ def test_cli_rejects_bad_values():
     assert r.exit_code == 2 and "error:" in r.output and "linear, tree, atomic, workspace" in r.output
     r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--tiles", "1x2", "--dry-run"])
     assert r.exit_code == 2 and "BMxBNxBK" in r.output
+
+
+def test_default_splitk_widths_are_the_corners_and_the_diagonal(default_all):
+    by_dtype = {}
+    for s in specs(default_all):
+        if s.family == "wgrad":
+            by_dtype.setdefault(s.dtype, set()).add((s.vec_c, s.vec_k))
+    for dt, pairs in by_dtype.items():
+        w = W[dt]
+        corners = set(itertools.product((1, w), (1, w)))
+        diagonal = {(v, v) for v in (2, 4) if v < w}
+        assert pairs == corners | diagonal, dt

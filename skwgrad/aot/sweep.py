@@ -19,9 +19,10 @@ Presets
     What a deployment needs: a few tiles per arch chosen to fit the arch's LDS / shared memory
     (``_DEFAULT_TILES``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
     not, every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``), dW in the input
-    dtype and in fp32, and channel alignments ``{1, W}`` for split-K (``vec = 1`` serves any
-    channel count, ``W`` the aligned common case; intermediate widths are served by ``vec = 1``
-    at some cost, ``full`` has them).
+    dtype and in fp32, and for split-K the channel alignments ``{1, W} x {1, W}`` (``vec = 1``
+    serves any channel count, ``W`` the aligned common case) plus the intermediate diagonal
+    ``(2, 2)``, ``(4, 4)`` (C=100, K=60 ran 5x slower on scalar loads on the H200); the other
+    mixed pairs are served by ``vec = 1``, and ``full`` has them all.
 ``full``
     The whole space: BM, BN in {32, 64, 128, 256}, BK in {32, 64, 128}, 4 and 8 warps (8 only on
     tiles of at least 64x64 outputs: fewer outputs than threads is never a useful kernel),
@@ -258,7 +259,12 @@ def _smoke(arch, dtype, modes, reductions, tiles):
 
 def _pruned(preset, arch, dtype, modes, reductions, tiles):
     W = widest_vec(dtype)
-    widths = vec_widths(dtype) if preset == "full" else tuple(sorted({1, W}))
+    if preset == "full":
+        splitk_pairs = list(itertools.product(vec_widths(dtype), vec_widths(dtype)))
+    else:
+        # {1, W} x {1, W}, plus the intermediate diagonal (2, 2), (4, 4): channel counts that are
+        # multiples of 4 but not 8 (C=100, K=60) otherwise fall back to scalar loads, ~5x slower.
+        splitk_pairs = list(itertools.product((1, W), (1, W))) + [(w, w) for w in vec_widths(dtype) if 1 < w < W]
     configs = _tile_configs(preset, arch, dtype, tiles)
     out = []
     for prec, dw, t, dims, pw in itertools.product(
@@ -266,7 +272,7 @@ def _pruned(preset, arch, dtype, modes, reductions, tiles):
     ):
         # split-K at every width
         for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
-            for vc, vk in itertools.product(widths, widths):
+            for vc, vk in splitk_pairs:
                 out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
         # stream-K at W: (W, W) and (W, 1) = (vec_k W, vec_c 1); every requested reduction but tree
         for mode in modes:
