@@ -454,7 +454,8 @@ class Cache:
                 out.append(e)
         return out
 
-    def entries(self, arch: str | None = None, all_versions: bool = False) -> list[CacheEntry]:
+    def _entry_rows(self, arch: str | None, all_versions: bool) -> list[dict]:
+        """Index rows of one arch (or all), of this compiler and kernel sources unless ``all_versions``."""
         sql, params = "SELECT * FROM entries WHERE 1", []
         if arch:
             sql += " AND arch = ?"
@@ -462,7 +463,10 @@ class Cache:
         if not all_versions:
             sql += " AND compiler = ? AND source_hash = ?"
             params += list(_identity())
-        return [self._entry(r) for r in self._rows(sql + " ORDER BY arch, label", params)]
+        return self._rows(sql + " ORDER BY arch, label", params)
+
+    def entries(self, arch: str | None = None, all_versions: bool = False) -> list[CacheEntry]:
+        return [self._entry(r) for r in self._entry_rows(arch, all_versions)]
 
     def current_keys(self, arch: str | None = None) -> set[str]:
         sql, params = "SELECT key FROM entries WHERE compiler = ? AND source_hash = ?", list(_identity())
@@ -586,14 +590,7 @@ class Cache:
         """Write one portable tar (gzip'ed when the name ends in .gz/.tgz) holding ``manifest.json``
         (entry rows and tuned choices) and ``objects/<sha256>``. Every object is verified first."""
         file = Path(file)
-        rows_sql, params = "SELECT * FROM entries WHERE 1", []
-        if arch:
-            rows_sql += " AND arch = ?"
-            params.append(arch)
-        if not all_versions:
-            rows_sql += " AND compiler = ? AND source_hash = ?"
-            params += list(_identity())
-        rows = self._rows(rows_sql + " ORDER BY arch, label", params)
+        rows = self._entry_rows(arch, all_versions)
         tuned = self._rows("SELECT * FROM tuned" + ("" if all_versions else " WHERE compiler = ? AND source_hash = ?"), [] if all_versions else list(_identity()))
         compiler, source = _identity()
         manifest = {
