@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skwgrad.abi.conv import MAX_ELEMENTS, ConvProblem, parse_problem, problem_from_fields, read_corpus
+from skwgrad.abi.conv import MAX_ELEMENTS, MAX_EXTENT, ConvProblem, parse_problem, problem_from_fields, read_corpus
 from skwgrad.errors import ProblemError
 
 HERE = Path(__file__).resolve().parent
@@ -591,3 +591,21 @@ def test_read_corpus_refuses_bad_row(tmp_path):
         f.write("broken,1,6,4,4,1,8,8,1,3,3,1,1,1,bf16,x\n")  # in_channels 6 over 4 groups
     with pytest.raises(ProblemError, match="in_channels=6 is not divisible by groups=4"):
         read_corpus(bad)
+
+
+def test_extent_limit_refused_with_advice():
+    assert MAX_EXTENT == 2**28
+    ok = ConvProblem(n=1, c=1, k=1, hi=1, wi=2**28 - 2, y=1, x=3, pad_lo=(0, 0, 1), pad_hi=(0, 0, 1))
+    assert ok.wo == 2**28 - 2
+    with pytest.raises(ProblemError, match=r"^W extent 268435457 \(input plus padding\) is past the 268435456 .*split the problem along W"):
+        ConvProblem(n=1, c=1, k=1, hi=1, wi=2**28 - 1, y=1, x=3, pad_lo=(0, 0, 1), pad_hi=(0, 0, 1))
+
+
+def test_kernels_masking_offset_exceeds_any_extent():
+    # A masked coordinate is a real one (>= -MAX_EXTENT) plus wgrad.OUTSIDE, or two OUTSIDEs:
+    # it must land past every extent and stay below 2**31.
+    from skwgrad.aot.kernels import wgrad
+
+    outside = wgrad.OUTSIDE.value
+    assert outside - MAX_EXTENT >= MAX_EXTENT
+    assert 2 * outside + MAX_EXTENT < 2**31

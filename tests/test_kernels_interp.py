@@ -33,6 +33,9 @@ SHAPES = {
     "pointwise": "n=2,c=16,k=16,h=6,w=6,y=1,x=1",
     "depthwise": "n=2,c=4,k=4,g=4,h=6,w=6,y=3,x=3,padding=1",
     "3d": "n=1,c=8,k=16,d=4,h=5,w=5,z=3,y=3,x=3,padding=1",
+    # images smaller than one BK slice: the incremental row walk carries into n (and d) every step
+    "tiny_images": "n=7,c=8,k=16,h=3,w=2,y=2,x=2,padding=1",
+    "tiny_3d": "n=5,c=8,k=8,d=2,h=2,w=3,z=2,y=2,x=2,padding=1,stride=2",
 }
 
 
@@ -58,6 +61,8 @@ def cases():
         add(f"sk_{mode}_atomic_3d", "3d", spec("wgrad_sk", "atomic", "fp32", "fp32", vec=4, sd=3, mode=mode), pool=6)
         add(f"sk_{mode}_workspace_alldp", "dense", spec("wgrad_sk", "workspace", mode=mode), pool=2)
     add("sk_dp_sk_workspace_depthwise", "depthwise", spec("wgrad_sk", "workspace", vec=1, bm=16, bn=16, bk=32, mode="dp_sk"), pool=3)
+    add("splitk_two_stage_tiny_images", "tiny_images", spec("wgrad", "two_stage"), ks_count=3)
+    add("sk_persistent_workspace_tiny_3d", "tiny_3d", spec("wgrad_sk", "workspace", sd=3, mode="persistent"), pool=3)
     add("sk_persistent_atomic_strided", "strided", spec("wgrad_sk", "atomic", "fp16", "fp32", mode="persistent"), pool=4)
     return out
 

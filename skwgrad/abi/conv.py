@@ -26,6 +26,9 @@ DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 INT32_MAX = 2**31 - 1
 # Largest element count the kernels' int32 offsets can address (offsets stay below 2**31).
 MAX_ELEMENTS = INT32_MAX
+# Padded extent per spatial dim. The kernels mark masked rows and columns by moving their
+# coordinate 2**29 outside the image (``wgrad.OUTSIDE``), which must exceed any extent.
+MAX_EXTENT = 2**28
 
 _Triple = tuple[int, int, int]
 
@@ -140,6 +143,11 @@ class ConvProblem:
                     f"empty output in {dim.upper()}: input {size} + padding "
                     f"{self.pad_lo[i]}+{self.pad_hi[i]} is smaller than the dilated filter span "
                     f"{span}; the output size must be >= 1"
+                )
+            if padded > MAX_EXTENT:
+                raise ProblemError(
+                    f"{dim.upper()} extent {padded} (input plus padding) is past the {MAX_EXTENT} "
+                    f"that skwgrad kernels address; split the problem along {dim.upper()}"
                 )
             out.append((padded - span) // self.stride[i] + 1)
         object.__setattr__(self, "_out", tuple(out))

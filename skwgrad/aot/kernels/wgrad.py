@@ -6,10 +6,11 @@ BM output channels x BN flattened (z, y, x, c) columns of one group; tile ids ar
 (G * ceil(K / BM)) x ceil(ZYXC / BN). One MAC iteration is one BK slice of the reduction.
 
 Addressing is separable: the x offset of (row r, column n) is ``row_off(r) + col_off(n)`` and its
-bounds check is ``0 <= row_base(r) + col_tap(n) < size`` per spatial dim, so the per-iteration cost
-is one decomposition of BK row indices; columns are decomposed once per tile. Rows and columns
-past the end are clamped to the last valid index (and masked), so every address stays inside its
-tensor and 32-bit offsets are enough (``skwgrad.abi.conv`` refuses tensors of 2**31 elements).
+bounds check is ``row_base(r) + col_tap(n) < size`` per spatial dim (unsigned), so the loop does
+per-row and per-vector work only; columns are decomposed once per tile, and rows by division
+once per segment, then walked by carries (the main loop is issue-bound: on sm_90 the per-iteration
+divisions were a third of its instructions). Masked rows and columns keep small offsets, so
+32-bit offsets are enough (``skwgrad.abi.conv`` refuses tensors of 2**31 elements).
 
 Stream-K flag protocol (linear and tree): one flag per (SK CTA, thread), FLAGS_PER_CTA =
 NUM_THREADS (num_warps x wave size, recorded in the code object's metadata).
@@ -34,6 +35,11 @@ default linear/tree pool is one CTA per CU/SM, and dp_sk launches the SK CTAs fi
 import triton
 import triton.language as tl
 
+
+
+# A coordinate offset that puts an index outside any image: sums of two of them plus a real
+# coordinate (< 2**21) stay below 2**31, so int32 never wraps and the unsigned check fails.
+OUTSIDE = tl.constexpr(1 << 29)
 
 
 def flags_per_cta(num_threads: int) -> int:
@@ -72,7 +78,7 @@ def _mac(
     filter tap (so its bounds mask is constant). Columns past the end *wrap* (``% NG``, ``% K``)
     rather than clamp, which keeps those facts true for the padding columns too, and are masked
     (whole vectors at a time) so they cost no memory traffic; their results are never stored.
-    Rows past the reduction are clamped and masked to zero.
+    Rows past the reduction are masked to zero (dy: clamped; x: offset 0).
     """
     NG = Z * Y * X * C
     KG = N * Do * Ho * Wo
@@ -88,7 +94,8 @@ def _mac(
     ky = (tap // X) % Y
     kz = tap // (X * Y)
     tap_h = tl.max_constancy(ky * dil_h, VEC_C)
-    tap_w = tl.max_constancy(kx * dil_w, VEC_C)
+    # Padding columns get a tap far outside the image, so the w bounds check masks them too.
+    tap_w = tl.max_constancy(tl.where(n_ok, kx * dil_w, OUTSIDE), VEC_C)
     tap_d = tl.max_constancy(kz * dil_d, VEC_C)
     if POINTWISE:
         col_off = g * C + c
@@ -100,8 +107,24 @@ def _mac(
     m_ok = tl.max_constancy(offs_m < K, VEC_K)
     dy_col = g * K + offs_m % K
     dy_col = tl.max_contiguous(tl.multiple_of(dy_col, VEC_K), VEC_K)
+    # -- rows: (n, do, ho, wo) of the reduction index, walked incrementally ------------------------
+    # Decomposed by division once per segment; each iteration then adds BK's own decomposition
+    # with one carry per dim (each remainder stays below its dim), so the loop divides nothing.
+    offs_r = it_begin * BK + tl.arange(0, BK)
+    if not POINTWISE:
+        wo = offs_r % Wo
+        t = offs_r // Wo
+        ho = t % Ho
+        t = t // Ho
+        do_ = t % Do
+        nb = t // Do
+        step_wo = BK % Wo
+        step = BK // Wo
+        step_ho = step % Ho
+        step = step // Ho
+        step_do = step % Do
+        step_nb = step // Do
     for it in range(it_begin, it_end):
-        offs_r = it * BK + tl.arange(0, BK)
         r_ok = offs_r < KG
         r = tl.minimum(offs_r, KG - 1)
         # dy rows are the flattened (n, do, ho, wo) reduction index itself.
@@ -112,26 +135,36 @@ def _mac(
             b_mask = r_ok[:, None] & n_ok[None, :]
             b = tl.load(x + x_row[:, None] + col_off[None, :], mask=b_mask, other=0.0, cache_modifier=X_CACHE)
         else:
-            wo = r % Wo
-            t = r // Wo
-            ho = t % Ho
-            t = t // Ho
             h0 = ho * stride_h - pad_h
             w0 = wo * stride_w - pad_w
-            hi = h0[:, None] + tap_h[None, :]
-            wi = w0[:, None] + tap_w[None, :]
-            b_mask = (hi >= 0) & (hi < Hi) & (wi >= 0) & (wi < Wi) & r_ok[:, None] & n_ok[None, :]
+            # One unsigned compare per dim (a negative index wraps to a huge one). Rows past the
+            # reduction, like padding columns, start far outside the image: the w check masks them.
+            hi = (h0[:, None] + tap_h[None, :]).to(tl.uint32)
+            wi = (tl.where(r_ok, w0, OUTSIDE)[:, None] + tap_w[None, :]).to(tl.uint32)
+            b_mask = (hi < Hi) & (wi < Wi)
             if IS_3D:
-                do_ = t % Do
-                nb = t // Do
                 d0 = do_ * stride_d - pad_d
-                di = d0[:, None] + tap_d[None, :]
-                b_mask = b_mask & (di >= 0) & (di < Di)
+                di = (d0[:, None] + tap_d[None, :]).to(tl.uint32)
+                b_mask = b_mask & (di < Di)
                 row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
             else:
-                row_off = (t * Hi + h0) * Wi + w0
+                row_off = (nb * Hi + h0) * Wi + w0
+            # rows past the reduction (last iteration only) are masked; keep their offsets small
+            row_off = tl.where(r_ok, row_off, 0)
             x_row = tl.multiple_of(row_off * GC, VEC_C)
             b = tl.load(x + x_row[:, None] + col_off[None, :], mask=b_mask, other=0.0, cache_modifier=X_CACHE)
+            wo += step_wo
+            carry = wo >= Wo
+            wo = tl.where(carry, wo - Wo, wo)
+            ho += step_ho + carry.to(tl.int32)
+            carry = ho >= Ho
+            ho = tl.where(carry, ho - Ho, ho)
+            if IS_3D:
+                do_ += step_do + carry.to(tl.int32)
+                carry = do_ >= Do
+                do_ = tl.where(carry, do_ - Do, do_)
+            nb += step_nb + carry.to(tl.int32)
+        offs_r += BK
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
     return acc
 
