@@ -159,6 +159,19 @@ def test_gfx950_tf32_is_refused_clearly():
         compile_spec(spec, "gfx950")
 
 
+def test_gfx942_tf32_uses_xf32_mfma_without_scratch():
+    # tf32 operands are transposed through registers (see ``_mac``); on CDNA3 that must still end
+    # in xf32 MFMAs, with no spills.
+    from skwgrad.aot.compile import compile_spec
+
+    spec = KernelSpec("wgrad", "two_stage", "fp32", "fp32", vec_c=4, vec_k=4, bm=64, bn=64, bk=32, precision="tf32")
+    ck = compile_spec(spec, "gfx942", keep_asm=True)
+    asm = ck.metadata["_asm"]["amdgcn"]
+    assert re.search(r"v_mfma_f32_\w+_xf32", asm)
+    assert not re.search(r"v_mfma_f32_\d+x\d+x\d+_?f32", asm)  # no full-precision fp32 MFMA fallback
+    assert re.search(r"\.private_segment_fixed_size:\s*0\b", asm)
+
+
 def test_flags_per_cta_is_recorded(built):
     for (spec, arch), (_, md) in built.items():
         want = md["threads"] if spec.family == "wgrad_sk" and spec.variant in ("linear", "tree") else 0
