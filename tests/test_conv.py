@@ -609,3 +609,18 @@ def test_kernels_masking_offset_exceeds_any_extent():
     outside = wgrad.OUTSIDE.value
     assert outside - MAX_EXTENT >= MAX_EXTENT
     assert 2 * outside + MAX_EXTENT < 2**31
+
+
+def test_fp32_precision_defaults_to_ieee_and_is_fp32_only():
+    base = dict(n=1, c=8, k=8, hi=4, wi=4, y=3, x=3)
+    assert ConvProblem(**base, dtype="fp32").precision == "ieee"
+    assert ConvProblem(**base, dtype="fp32", precision="tf32").precision == "tf32"
+    assert ConvProblem(**base, dtype="bf16").precision == ""
+    with pytest.raises(ProblemError, match=r"^precision 'fp64' is not supported; fp32 takes one of ieee, tf32"):
+        ConvProblem(**base, dtype="fp32", precision="fp64")
+    with pytest.raises(ProblemError, match=r"^precision applies to fp32 inputs only; this problem is bf16"):
+        ConvProblem(**base, dtype="bf16", precision="tf32")
+    tf32 = parse_problem("n=1,c=8,k=8,h=4,w=4,y=3,x=3,dtype=fp32,precision=tf32")
+    assert "precision=tf32" in tf32.describe() and parse_problem(tf32.describe()) == tf32
+    ieee = parse_problem("n=1,c=8,k=8,h=4,w=4,y=3,x=3,dtype=fp32")
+    assert "precision" not in ieee.describe() and parse_problem(ieee.describe()) == ieee

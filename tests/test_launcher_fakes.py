@@ -405,12 +405,15 @@ def fake_backend_for_tests(**kw) -> FakeBackend:
 # ---------------------------------------------------------------------------------------------
 # Kernel sets
 # ---------------------------------------------------------------------------------------------
-def spec(family, variant, dtype="bf16", dw=None, *, dims=2, pw=False, vc=1, vk=1, tile=(32, 32, 32), warps=4, stages=2, mode=""):
+def spec(family, variant, dtype="bf16", dw=None, *, dims=2, pw=False, vc=1, vk=1, tile=(32, 32, 32), warps=4, stages=2, mode="",
+         precision=None):  # fmt: skip
     if dw is None:
         dw = "fp32" if variant == "atomic" else dtype
+    if precision is None:
+        precision = "ieee" if dtype == "fp32" else ""
     return KernelSpec(
         family, variant, dtype, dw, spatial_dims=dims, pointwise=pw, vec_c=vc, vec_k=vk, bm=tile[0], bn=tile[1], bk=tile[2],
-        num_warps=warps, num_stages=stages, mode=mode, precision="ieee" if dtype == "fp32" else "",
+        num_warps=warps, num_stages=stages, mode=mode, precision=precision,
     )  # fmt: skip
 
 

@@ -23,6 +23,9 @@ from skwgrad.errors import ProblemError
 
 DTYPES = ("fp16", "bf16", "fp32")
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+# fp32 inputs only: how the MMAs read them. ieee (full fp32) unless tf32 is asked for, as in
+# PyTorch, so a cache holding only tf32 kernels can never lower a problem's precision silently.
+PRECISIONS = ("ieee", "tf32")
 INT32_MAX = 2**31 - 1
 # Largest element count the kernels' int32 offsets can address (offsets stay below 2**31).
 MAX_ELEMENTS = INT32_MAX
@@ -90,11 +93,14 @@ class ConvProblem:
     dtype: str = "bf16"
     dw_dtype: str = ""  # "" means: same as dtype
     spatial_dims: int = 2
+    precision: str = ""  # fp32 only: "ieee" (the default) or "tf32"
     _out: _Triple = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.dw_dtype == "":
             object.__setattr__(self, "dw_dtype", self.dtype)
+        if self.precision == "" and self.dtype == "fp32":
+            object.__setattr__(self, "precision", "ieee")
         self._validate()
 
     # -- validation -------------------------------------------------------------------------
@@ -128,6 +134,10 @@ class ConvProblem:
                 )
         if self.dtype not in DTYPES:
             raise ProblemError(f"dtype {self.dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+        if self.dtype == "fp32" and self.precision not in PRECISIONS:
+            raise ProblemError(f"precision {self.precision!r} is not supported; fp32 takes one of {', '.join(PRECISIONS)}")
+        if self.dtype != "fp32" and self.precision:
+            raise ProblemError(f"precision applies to fp32 inputs only; this problem is {self.dtype}")
         if self.dw_dtype not in (self.dtype, "fp32"):
             raise ProblemError(
                 f"dw_dtype {self.dw_dtype!r} is not supported with dtype {self.dtype!r}; "
@@ -270,6 +280,7 @@ class ConvProblem:
         groups: int = 1,
         dtype: str = "bf16",
         dw_dtype: str = "",
+        precision: str = "",
     ) -> "ConvProblem":
         """PyTorch-style totals. ``padding`` is symmetric per dim, or a (lo, hi) pair per dim."""
         sizes = (input_size,) if isinstance(input_size, int) else tuple(input_size)
@@ -312,6 +323,7 @@ class ConvProblem:
             dtype=dtype,
             dw_dtype=dw_dtype,
             spatial_dims=sd,
+            precision=precision,
         )
 
     def describe(self) -> str:
@@ -341,12 +353,14 @@ class ConvProblem:
         parts += [f"dilation={dims(self.dilation)}", f"dtype={self.dtype}"]
         if self.dw_dtype != self.dtype:
             parts.append(f"dw_dtype={self.dw_dtype}")
+        if self.precision not in ("", "ieee"):
+            parts.append(f"precision={self.precision}")
         return ",".join(parts)
 
 
 _PROBLEM_KEYS = (
     "n", "c", "k", "g", "d", "h", "w", "z", "y", "x",
-    "stride", "padding", "pad_lo", "pad_hi", "dilation", "dtype", "dw_dtype",
+    "stride", "padding", "pad_lo", "pad_hi", "dilation", "dtype", "dw_dtype", "precision",
 )  # fmt: skip
 
 
@@ -409,6 +423,7 @@ def problem_from_fields(fields: dict[str, str]) -> ConvProblem:
         dilation=spatial("dilation", 1),
         dtype=fields.get("dtype", "bf16"),
         dw_dtype=fields.get("dw_dtype", ""),
+        precision=fields.get("precision", ""),
     )
 
 

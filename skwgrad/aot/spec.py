@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 
-from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, ConvProblem
+from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
 from skwgrad.abi.kernargs import FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, declaration
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
-PRECISIONS = ("ieee", "tf32")
 
 
 @dataclass(frozen=True, order=True)
@@ -150,6 +149,11 @@ class KernelSpec:
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
                 f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        if p.precision != self.precision:
+            raise AbiError(
+                f"{self.label} computes with {self.precision} precision; the problem asks for {p.precision} "
+                f"(set precision= on the problem to choose tf32)"
             )
         if p.spatial_dims != self.spatial_dims:
             raise AbiError(f"{self.label} is a {self.spatial_dims}-D kernel; the problem is {p.spatial_dims}-D")

@@ -69,6 +69,7 @@ def plan(
     device: int | None = None,
     backend=None,
     dw_dtype: str | None = None,
+    precision: str | None = None,
 ) -> Plan:
     """A launch plan for ``problem`` (a ``ConvProblem`` or the ``--problem`` text, e.g.
     ``"n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1"``) on ``device`` (None: the current one).
@@ -79,13 +80,16 @@ def plan(
     streamk: ``auto`` | ``off`` (split-K) | ``dp_sk`` | ``persistent``; reduction: ``auto`` or, for
     stream-K, ``linear``/``tree``/``atomic``/``workspace``, for split-K ``direct``/``atomic``/``two_stage``;
     streamk_ctas: the stream-K pool (-1: one CTA per CU for linear/tree, four for atomic/workspace);
-    tile: ``(BM, BN, BK)`` to force a tile; ks_count: force the split-K degree."""
+    tile: ``(BM, BN, BK)`` to force a tile; ks_count: force the split-K degree; precision: for fp32
+    inputs, ``ieee`` (the default) or ``tf32``."""
     if isinstance(problem, str):
         problem = parse_problem(problem)
     if not isinstance(problem, ConvProblem):
         raise ProblemError(f"plan() takes a ConvProblem or a problem string, got {type(problem).__name__}")
     if dw_dtype and dw_dtype != problem.dw_dtype:
         problem = ConvProblem(**{**_fields(problem), "dw_dtype": dw_dtype})
+    if precision and precision != problem.precision:
+        problem = ConvProblem(**{**_fields(problem), "precision": precision})
     be = backend if backend is not None else get_backend(device)
     c = open_cache(cache)
     tile = tuple(tile) if tile is not None else None
@@ -133,6 +137,7 @@ def wgrad(
     tile=None,
     ks_count: int | None = None,
     layout: str = "auto",
+    precision: str | None = None,
 ):
     """The weight gradient of a convolution: ``dW = wgrad(x, dy)`` for ``y = conv(x, W)``.
 
@@ -145,7 +150,8 @@ def wgrad(
     Returns dW shaped ``(K, C/groups, [Z,] Y, X)`` (PyTorch's weight shape) in channels-last memory,
     dtype = the dW dtype (``dw_dtype``, ``out``'s dtype, else the input dtype), written into
     ``out`` when given. The launch goes on ``stream`` (default: torch's / CuPy's current stream,
-    else the default stream) and is asynchronous for device arrays."""
+    else the default stream) and is asynchronous for device arrays. fp32 inputs are computed
+    in full fp32 (``precision="ieee"``) unless ``precision="tf32"`` is asked for."""
     vx, vdy = arrays.view(x, "x"), arrays.view(dy, "dy")
     vout = arrays.view(out, "out") if out is not None else None
     if vout is not None:
@@ -166,7 +172,7 @@ def wgrad(
     be = get_backend(dev, kind if not os.environ.get("SKWGRAD_BACKEND") else None)
     p = plan(
         problem, streamk=streamk, reduction=reduction, streamk_ctas=streamk_ctas, tile=tile, ks_count=ks_count,
-        cache=cache, backend=be,
+        cache=cache, backend=be, precision=precision,
     )  # fmt: skip
     return arrays.run_problem(p, problem, vx, vdy, out=out, stream=stream)
 

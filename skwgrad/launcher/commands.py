@@ -20,7 +20,10 @@ COLUMNS = (
 )  # fmt: skip
 
 
-def _problems(problem_texts, corpus):
+def _problems(problem_texts, corpus, precision=None):
+    """(name, regime, problem) rows; ``precision`` (ieee/tf32) is set on every fp32 problem."""
+    from dataclasses import replace
+
     from skwgrad.abi.conv import parse_problem, read_corpus
 
     out = []
@@ -28,6 +31,8 @@ def _problems(problem_texts, corpus):
         out.append((f"problem{i}" if len(problem_texts) > 1 else "problem", "", parse_problem(text)))
     if corpus:
         out += read_corpus(corpus)
+    if precision:
+        out = [(n, r, replace(p, precision=precision) if p.dtype == "fp32" else p) for n, r, p in out]
     return out
 
 
@@ -85,6 +90,18 @@ def cudnn_time(problem, backend, *, warmup=5, iters=50, seed=0) -> tuple[float |
         return torch.ops.aten.convolution_backward(dy, x, w, None, *args)
 
     stream = torch.cuda.current_stream(dev)
+    # cuDNN computes fp32 convolutions in tf32 unless told not to: match the problem's precision.
+    tf32_before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = p.precision == "tf32"
+    try:
+        times = _time_cudnn(torch, dev, stream, run, warmup, iters)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32_before
+    us = sorted(a.elapsed_time(b) * 1e3 for a, b in times)
+    return us[len(us) // 2], ""
+
+
+def _time_cudnn(torch, dev, stream, run, warmup, iters):
     with torch.cuda.device(dev):
         for _ in range(warmup):
             run()
@@ -98,8 +115,7 @@ def cudnn_time(problem, backend, *, warmup=5, iters=50, seed=0) -> tuple[float |
             b.record(stream)
             times.append((a, b))
         torch.cuda.synchronize(dev)
-    us = sorted(a.elapsed_time(b) * 1e3 for a, b in times)
-    return us[len(us) // 2], ""
+    return times
 
 
 def _fmt(row: dict) -> dict:
@@ -234,6 +250,8 @@ def run_problems(
 @click.option("--streamk-reductions", default="", help="comma list: linear,tree,atomic,workspace (stream-K) / direct,atomic,two_stage (split-K)")
 @click.option("--streamk-ctas", type=int, default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default")
 @click.option("--tile", default=None, help="BMxBNxBK: only kernels of this tile")
+@click.option("--precision", type=click.Choice(["ieee", "tf32"]), default=None,
+              help="fp32 problems: full fp32 (ieee, the default) or tf32; the cuDNN baseline follows it")
 @click.option("--all-candidates", is_flag=True, help="run every cached kernel that admits the problem")
 @click.option("--verify", is_flag=True, help="compare with the float64 reference (default when neither --verify nor --bench)")
 @click.option("--bench", is_flag=True, help="time each kernel: median of --iters event-timed launches after warm-up")
@@ -244,8 +262,8 @@ def run_problems(
 @click.option("--warmup", type=int, default=10, show_default=True)
 @click.option("--iters", type=int, default=50, show_default=True)
 @click.option("--tune", is_flag=True, help="first time every cached candidate per problem and remember the fastest in the cache (keyed by arch, CU count, problem, dtype); auto then runs it")
-def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, streamk_ctas, tile, all_candidates, verify,
-                   bench, baseline, json_path, cache_dir, seed, warmup, iters, tune):  # fmt: skip
+def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, streamk_ctas, tile, precision, all_candidates,
+                   verify, bench, baseline, json_path, cache_dir, seed, warmup, iters, tune):  # fmt: skip
     """Run cached kernels on fresh random inputs; verify against float64 and time them. Never compiles:
     with no matching kernel it prints the compile-all command that would build one and exits 1."""
     from skwgrad import __version__
@@ -261,7 +279,7 @@ def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, str
     if not verify and not bench:
         verify = True
     reductions = tuple(r.strip() for r in streamk_reductions.split(",") if r.strip())
-    problems = _problems(problem_texts, corpus)
+    problems = _problems(problem_texts, corpus, precision)
     tile_t = parse_tile(tile) if tile else None
     backend = get_backend()
     if arch not in ("auto", backend.arch):
