@@ -163,6 +163,21 @@ def test_widest_vectors_and_pointwise_are_preferred():
     assert (ch.spec.vec_c, ch.spec.vec_k) == (1, 1)
 
 
+def test_auto_never_trades_vector_width_for_stream_k():
+    # compile-all builds stream-K at vec 1 and the widest width only; split-K also at (4, 4)
+    few_long_odd = parse_problem("n=8,c=12,k=36,h=32,w=32,y=3,x=3,padding=1")  # C, K multiples of 4, not 8; 8 tiles of 32x32
+    c = F.full_cache(vecs=((1, 1), (8, 8)))
+    assert S.choose(few_long_odd, c, arch="sm_90", cus=16, occupancy=occ(2)).spec.family == "wgrad_sk"  # v1 both ways
+    for v in ("direct", "two_stage"):
+        c.add(F.spec("wgrad", v, "bf16", vc=4, vk=4))
+    ch = S.choose(few_long_odd, c, arch="sm_90", cus=16, occupancy=occ(2))
+    assert (ch.spec.family, ch.spec.vec_c, ch.spec.vec_k) == ("wgrad", 4, 4)
+    assert "narrower channel vectors" in ch.reason
+    # asked for explicitly, stream-K still runs at the width it has
+    ch = S.choose(few_long_odd, c, arch="sm_90", cus=16, occupancy=occ(2), streamk="dp_sk")
+    assert (ch.spec.family, ch.spec.vec_c) == ("wgrad_sk", 1)
+
+
 def test_dims_and_dtypes_must_match():
     c = F.full_cache(dims=(2,))
     p3 = parse_problem("n=2,c=8,k=8,d=4,h=8,w=8,z=3,y=3,x=3,padding=1")
@@ -175,6 +190,24 @@ def test_dims_and_dtypes_must_match():
         S.choose(fp16, c, arch="sm_90", cus=8)
     with pytest.raises(S.NoKernelError):
         S.choose(MANY_SHORT, c, arch="gfx942", cus=304)
+
+
+def test_fp32_precision_is_the_problems_never_the_caches():
+    """fp32 runs in full precision unless tf32 is asked for; a cache holding only tf32 kernels
+    must not serve an ieee problem (that would lower its precision silently)."""
+    c = F.FakeCache()
+    c.add(F.spec("wgrad", "direct", "fp32", vc=4, vk=4, precision="tf32"))
+    ieee = parse_problem("n=2,c=8,k=8,h=8,w=8,y=3,x=3,dtype=fp32")
+    assert ieee.precision == "ieee"
+    with pytest.raises(S.NoKernelError, match=r"--dtype fp32"):
+        S.choose(ieee, c, arch="sm_90", cus=8, streamk="off")
+    tf32 = parse_problem("n=2,c=8,k=8,h=8,w=8,y=3,x=3,dtype=fp32,precision=tf32")
+    assert S.choose(tf32, c, arch="sm_90", cus=8, streamk="off").spec.precision == "tf32"
+    c.add(F.spec("wgrad", "direct", "fp32", vc=4, vk=4, precision="ieee"))
+    assert S.choose(ieee, c, arch="sm_90", cus=8, streamk="off").spec.precision == "ieee"
+    assert {ch.spec.precision for ch in S.all_choices(ieee, c, arch="sm_90", cus=8)} == {"ieee"}
+    # tuned records are kept apart: the two problems have different keys
+    assert S.problem_key(ieee) != S.problem_key(tf32)
 
 
 def test_tile_override():

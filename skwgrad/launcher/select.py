@@ -1,15 +1,16 @@
 """Which cached kernel runs a problem, with which pool or split-K degree.
 
 Candidates: the cache's entries for the device's arch whose spec admits the problem
-(``KernelSpec.check_problem``: dtype, dW dtype, 2-D/3-D, pointwise addressing, channel
-alignment), narrowed to the widest channel vectors (``vec_c``, ``vec_k``) available, and the
+(``KernelSpec.check_problem``: dtype, dW dtype, fp32 precision, 2-D/3-D, pointwise addressing,
+channel alignment), narrowed to the widest channel vectors (``vec_c``, ``vec_k``) available, and the
 pointwise kernel when the problem is pointwise. Tiles are ranked by a coarse model (padded work
 per CTA slot, in waves); ``tune`` replaces the model by measurements.
 
 ``streamk="auto"`` (SPEC section 8): stream-K when the candidate's tiling gives few tiles over a
 long reduction (``num_tiles < CUs`` and ``iters_per_tile >= SK_MIN_ITERS``) **and** the partition
 of the pool it would launch with has ``sk_ctas > 0`` (an all-DP partition would only pay the
-stream-K overheads); otherwise split-K with ``ks_count = floor(occupancy * CUs / num_tiles)``
+stream-K overheads) **and** the cache holds stream-K at the widest channel vectors split-K has
+for the problem (auto never trades vector width for stream-K); otherwise split-K with ``ks_count = floor(occupancy * CUs / num_tiles)``
 clamped to ``[1, iters_per_tile]`` (occupancy: max active CTAs per CU of the kernel, from the
 backend; 1 offline). The auto reduction follows the seed: ``workspace`` (never waits, so it gets
 the 4-CTAs-per-CU pool) when its Stage-2 is cached, then ``linear``, ``tree``, ``atomic``; split-K
@@ -136,6 +137,16 @@ def widest(kernels: list[Kernel], problem: ConvProblem) -> list[Kernel]:
             best = max(_width_key(k, problem) for k in ks)
             out += [k for k in ks if _width_key(k, problem) == best]
     return out
+
+
+def _narrower_streamk(cache, arch: str, problem: ConvProblem, tile) -> bool:
+    """True when the widest cached stream-K kernel for the problem loads narrower channel
+    vectors than the widest split-K one (``compile-all`` builds stream-K at fewer widths)."""
+    sk = candidates(cache, arch, problem, family="wgrad_sk", tile=tile)
+    sp = candidates(cache, arch, problem, family="wgrad", tile=tile)
+    if not sk or not sp:
+        return False
+    return max(_width_key(k, problem) for k in sk) < max(_width_key(k, problem) for k in sp)
 
 
 def _cost(k: Kernel, problem: ConvProblem, cus: int) -> tuple:
@@ -348,6 +359,11 @@ def choose(
     try_sk = want_sk or (streamk == "auto" and ks_count is None and reduction in ("auto", "atomic"))
     try_splitk = not want_sk and streamk in ("auto", "off")
     notes = []
+    if try_sk and not want_sk and _narrower_streamk(cache, arch, problem, tile):
+        # Scalar loads cost far more than stream-K saves (H200, C=100/K=60: vec-1 stream-K 339 us,
+        # vec-4 split-K 27 us): auto never trades vector width for stream-K.
+        try_sk = False
+        notes.append("stream-K is cached only at narrower channel vectors than split-K")
     if try_sk:
         modes = (streamk,) if streamk in MODES else AUTO_MODES
         reds = (reduction,) if reduction in SK_REDUCTIONS else AUTO_SK_REDUCTIONS
