@@ -54,10 +54,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_present(), reason="no 
 # ---------------------------------------------------------------------------------------------
 # The kernels these tests need
 # ---------------------------------------------------------------------------------------------
-def _k(family, variant, dtype="bf16", dw=None, *, dims=2, vc=1, vk=1, mode="", tile=TILE, warps=4, stages=2):
+def _k(family, variant, dtype="bf16", dw=None, *, dims=2, vc=1, vk=1, mode="", tile=TILE, warps=4, stages=2, precision="ieee"):
     dw = dw or ("fp32" if variant == "atomic" else dtype)
     return KernelSpec(family, variant, dtype, dw, spatial_dims=dims, vec_c=vc, vec_k=vk, bm=tile[0], bn=tile[1], bk=tile[2],
-                      num_warps=warps, num_stages=stages, mode=mode, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
+                      num_warps=warps, num_stages=stages, mode=mode, precision=precision if dtype == "fp32" else "")  # fmt: skip
 
 
 SK_KINDS = [(m, r) for m in ("dp_sk", "persistent") for r in ("linear", "tree", "atomic", "workspace")]
@@ -75,6 +75,7 @@ def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
     out += [_k("wgrad", "direct", vc=8, vk=8), _k("wgrad", "two_stage", vc=8, vk=8),
             _k("wgrad_sk", "linear", vc=8, vk=8, mode="dp_sk"), _k("wgrad_sk", "workspace", vc=8, vk=8, mode="dp_sk")]  # fmt: skip
     out += [_k("wgrad", "direct", "fp16"), _k("wgrad_sk", "tree", "fp16", mode="persistent")]
+    out += [_k("wgrad", "direct", "fp32", precision=pr) for pr in ("ieee", "tf32")]
     out += [KernelSpec("stage2", "reduce", d, d, block=STAGE2_BLOCK, num_warps=4) for d in ("bf16", "fp32", "fp16")]
     return out
 
@@ -408,6 +409,25 @@ def test_wgrad_fp32_dw_and_out(backend, kset):
     torch.cuda.synchronize()
     assert got is out
     assert relative_error(out.double().cpu().numpy(), _torch_ref(p, x, dy).numpy()) <= 1e-3
+
+
+def test_wgrad_fp32_is_ieee_unless_tf32_is_asked_for(backend, kset):
+    import torch
+
+    import skwgrad
+    from skwgrad.reference import relative_error, tolerance
+
+    p, x, dy = _torch_case(SHAPES["dense"], dtype="fp32")
+    ref = _torch_ref(p, x, dy).numpy()
+    full = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=kset, streamk="off")
+    fast = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=kset, streamk="off", precision="tf32")
+    torch.cuda.synchronize()
+    e_full = relative_error(full.double().cpu().numpy(), ref)
+    e_fast = relative_error(fast.double().cpu().numpy(), ref)
+    print(f"fp32 ieee rel err {e_full:.2e}, tf32 {e_fast:.2e}")
+    assert e_full <= tolerance("fp32", "fp32", "ieee")
+    assert e_fast <= tolerance("fp32", "fp32", "tf32")
+    assert e_fast > 10 * e_full  # the tf32 kernel really ran: 10-bit mantissas, far larger error
 
 
 def test_wgrad_runs_on_the_torch_current_stream(backend, kset):
