@@ -162,6 +162,13 @@ def test_entries_of_another_compiler_or_source_are_never_served(cache, other_ver
     assert cache.entries() == []
     assert {e.key for e in cache.entries(all_versions=True)} == {k_old_compiler, k_old_source}
     assert not cache.has(Cache.key_for(SPEC, "gfx942"))
+    assert cache.other_versions("gfx942") == 2 and cache.other_versions("gfx950") == 0
+    # and a launch that finds nothing says why, instead of only "build one"
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.launcher import select
+
+    with pytest.raises(select.NoKernelError, match=r"it holds 2 gfx942 entries built by another Triton or from other skwgrad kernel sources"):
+        select.choose(parse_problem("n=2,c=8,k=8,h=8,w=8,y=3,x=3"), cache, arch="gfx942", cus=304)
     for k in (k_old_compiler, k_old_source):
         with pytest.raises(CacheError, match="never served"):
             cache.load_binary(k)

@@ -454,6 +454,16 @@ class Cache:
                 out.append(e)
         return out
 
+    def other_versions(self, arch: str) -> int:
+        """Entries for ``arch`` built by another compiler or from other kernel sources: kept,
+        never served (what a "no cached kernel" message should mention after an upgrade)."""
+        compiler, source = _identity()
+        rows = self._rows(
+            "SELECT COUNT(*) AS n FROM entries WHERE arch = ? AND NOT (compiler = ? AND source_hash = ?)",
+            [arch, compiler, source],
+        )
+        return int(rows[0]["n"]) if rows else 0
+
     def _entry_rows(self, arch: str | None, all_versions: bool) -> list[dict]:
         """Index rows of one arch (or all), of this compiler and kernel sources unless ``all_versions``."""
         sql, params = "SELECT * FROM entries WHERE 1", []

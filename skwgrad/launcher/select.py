@@ -223,6 +223,12 @@ def _no_kernel(problem, arch, what: str, *, streamk="auto", reduction="auto", ti
     cmd = compile_all_command(problem, arch, streamk=streamk, reduction=reduction, tile=tile, cache=cache, stage2_only=stage2_only)
     where = getattr(cache, "path", None)
     head = f"no cached {what} for {problem.describe()} on {arch}" + (f" in {where}" if where is not None else "")
+    stale = getattr(cache, "other_versions", lambda arch: 0)(arch)
+    if stale:
+        head += (
+            f" (it holds {stale} {arch} entries built by another Triton or from other skwgrad kernel sources; "
+            f"they are never served: rebuild with compile-all)"
+        )
     if cmd:
         return NoKernelError(f"{head}; build one with:\n    {cmd}")
     return NoKernelError(
