@@ -16,6 +16,7 @@ also the cuDNN baseline. References are float64.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ctypes
 import json
 import math
@@ -443,12 +444,15 @@ def cmd_bench(a):
     rt = Runtime(a.kernels)
     torch = rt.torch
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    # fp32 rows: skwgrad kernels and cuDNN at the same precision (the problem's, set here)
+    torch.backends.cuda.matmul.allow_tf32 = a.fp32_precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.fp32_precision == "tf32"
     results = []
     for name, regime, p in read_corpus(a.corpus):
         if a.only and not any(o in name for o in a.only.split(",")):
             continue
+        if p.dtype == "fp32":
+            p = dataclasses.replace(p, precision=a.fp32_precision)
         x, dy = make_inputs(rt, p, seed=1)
         sd = p.spatial_dims
         perm = (0, sd + 1, *range(1, sd + 1))
@@ -552,6 +556,7 @@ def main():
     r.add_argument("--out", required=True)
     r.add_argument("--reps", type=int, default=30)
     r.add_argument("--only", default="", help="comma-separated substrings of row names")
+    r.add_argument("--fp32-precision", choices=("ieee", "tf32"), default="tf32", help="fp32 rows, for both sides")
     a = ap.parse_args()
     return {"build": cmd_build, "check": cmd_check, "bench": cmd_bench}[a.cmd](a)
 
