@@ -354,9 +354,11 @@ def cmd_check(a):
                     record(name, spec, L, relative_error(out, ref), tol)
     # fp16 / fp32 dtypes and 3-D on one shape each
     for text, dt, prec in [("n=4,c=64,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp16", "fp16", ""),
-                           ("n=4,c=32,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp32", "fp32", "tf32"),
+                           ("n=4,c=32,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp32,precision=tf32", "fp32", "tf32"),
                            ("n=4,c=32,k=64,h=15,w=15,y=3,x=3,padding=1,dtype=fp32", "fp32", "ieee")]:  # fmt: skip
         p = parse_problem(text)
+        if not pick(rt, p, dtype=dt, precision=prec):
+            raise SystemExit(f"check: no {dt} {prec} kernel built for {text}; rebuild with `build`")
         x, dy = make_inputs(rt, p, seed=7)
         ref = reference(p, x, dy)
         for spec in pick(rt, p, dtype=dt, precision=prec):
