@@ -181,6 +181,14 @@ def _dlpack_view(obj, name: str) -> ArrayView:
     )  # fmt: skip
 
 
+
+def _element_strides(name: str, arr) -> tuple[int, ...]:
+    """Byte strides of a numpy/CuPy array in elements (refused unless whole elements)."""
+    item = arr.dtype.itemsize
+    if any(st % item for st in arr.strides):
+        raise ProblemError(f"{name}: strides {arr.strides} are not whole elements")
+    return tuple(st // item for st in arr.strides)
+
 def view(obj, name: str) -> ArrayView:
     """Describe ``obj`` (one of the accepted array kinds); raise ``ProblemError`` otherwise."""
     mod = type(obj).__module__.split(".", 1)[0]
@@ -206,22 +214,16 @@ def view(obj, name: str) -> ArrayView:
             dt = _np_dtype_name(obj.dtype)
             if dt is None:
                 raise ProblemError(f"{name} has dtype {obj.dtype}; skwgrad takes float16, bfloat16 or float32")
-            item = obj.dtype.itemsize
-            if any(s % item for s in obj.strides):
-                raise ProblemError(f"{name}: strides {obj.strides} are not whole elements")
             kind = "hip" if getattr(cupy.cuda.runtime, "is_hip", False) else "cuda"
             return ArrayView(
-                obj, "cupy", int(obj.data.ptr), tuple(obj.shape), tuple(s // item for s in obj.strides), dt, obj.device.id,
+                obj, "cupy", int(obj.data.ptr), tuple(obj.shape), _element_strides(name, obj), dt, obj.device.id,
                 backend_kind=kind,
             )  # fmt: skip
     if isinstance(obj, np.ndarray):
         dt = _np_dtype_name(obj.dtype)
         if dt is None:
             raise ProblemError(f"{name} has dtype {obj.dtype}; skwgrad takes float16, bfloat16 (ml_dtypes) or float32")
-        item = obj.dtype.itemsize
-        if any(s % item for s in obj.strides):
-            raise ProblemError(f"{name}: strides {obj.strides} are not whole elements")
-        return ArrayView(obj, "numpy", int(obj.ctypes.data), tuple(obj.shape), tuple(s // item for s in obj.strides), dt, None,
+        return ArrayView(obj, "numpy", int(obj.ctypes.data), tuple(obj.shape), _element_strides(name, obj), dt, None,
                          readonly=not obj.flags.writeable)  # fmt: skip
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
