@@ -58,6 +58,11 @@ class Kernel:
     def label(self) -> str:
         return self.metadata.get("label") or self.spec.label
 
+    @property
+    def mode(self) -> str:
+        """The stream-K launch mode, or "splitk" for the split-K family."""
+        return self.spec.mode or "splitk"
+
     @classmethod
     def from_entry(cls, entry, cache) -> "Kernel":
         """A cache entry; the bytes are read (sha256-checked) only when first loaded on a device."""
@@ -343,7 +348,7 @@ class Plan:
 
     @property
     def mode(self) -> str:
-        return self.spec.mode or "splitk"
+        return self.kernel.mode
 
     @property
     def reduction(self) -> str:

@@ -62,7 +62,7 @@ class Choice:
 
     @property
     def mode(self) -> str:
-        return self.spec.mode or "splitk"
+        return self.kernel.mode
 
     @property
     def reduction(self) -> str:
