@@ -33,7 +33,7 @@ from skwgrad.abi.conv import parse_problem, read_corpus  # noqa: E402
 from skwgrad.abi.kernargs import Packer  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
 from skwgrad.abi.streamk import default_pool  # noqa: E402
-from skwgrad.aot.spec import KernelSpec  # noqa: E402
+from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.errors import ProblemError  # noqa: E402
 
 SK = [(m, r) for m in ("dp_sk", "persistent") for r in ("linear", "tree", "workspace")]

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
 from skwgrad.aot.kernels import flags_per_cta, kernel_for  # noqa: E402
-from skwgrad.aot.spec import KernelSpec  # noqa: E402
+from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.reference import relative_error, tolerance, wgrad_reference  # noqa: E402
 
 from skwgrad.abi.arch import get_arch  # noqa: E402

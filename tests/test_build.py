@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import skwgrad.aot.build as build_mod
 import skwgrad.aot.compile as compile_mod
 from skwgrad.aot.build import build, compile_job
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.aot.sweep import SweepItem, sweep
 from skwgrad.cache import Cache
 from skwgrad.cli import main

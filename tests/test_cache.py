@@ -26,7 +26,7 @@ from click.testing import CliRunner
 import skwgrad.cache.store as store
 from skwgrad.aot.compile import CompiledKernel, compiler_identity
 from skwgrad.aot.kernels import source_hash
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.aot.sweep import sweep
 from skwgrad.cache import Cache, CacheEntry, default_cache_dir
 from skwgrad.cli import main

@@ -34,7 +34,7 @@ import pytest
 from skwgrad.abi.conv import ConvProblem, parse_problem
 from skwgrad.abi.launch import STAGE2_BLOCK
 from skwgrad.abi.streamk import partition
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError
 
 TILE = (32, 32, 32)

@@ -11,7 +11,7 @@ import pytest
 
 from skwgrad.abi import codeobject
 from skwgrad.abi.launch import STAGE2_BLOCK
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
 
 ARCHES = ("gfx942", "gfx950")

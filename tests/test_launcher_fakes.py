@@ -24,7 +24,7 @@ import pytest
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import declaration
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError
 from skwgrad.launcher.arrays import from_bits, to_bits
 from skwgrad.launcher.backends.base import Backend, KernargBuffer

@@ -14,7 +14,7 @@ import test_launcher_fakes as F  # noqa: E402
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
-from skwgrad.aot.spec import KernelSpec  # noqa: E402
+from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.errors import ProblemError  # noqa: E402
 from skwgrad.launcher import select as S  # noqa: E402
 from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402

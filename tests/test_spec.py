@@ -10,7 +10,7 @@ import pytest
 
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import declaration
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
 
 SK = dict(family="wgrad_sk", variant="linear", dtype="bf16", dw_dtype="bf16", vec_c=8, vec_k=8,

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from skwgrad.abi.launch import STAGE2_BLOCK
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.aot.sweep import SweepError, counts, parse_tiles, sweep, Tile
 from skwgrad.cli import main
 

@@ -1,7 +1,8 @@
-"""Targets skwgrad builds for, and what the offline tools need to know about them.
+"""Targets skwgrad builds for and their capabilities: the one table the sweep, the compile step,
+selection and the offline tools read.
 
-Used only where no device is present (plan, compile-all, tests). At run time the CU/SM count
-comes from the device itself.
+At run time the CU/SM count comes from the device itself; ``compute_units`` here is the
+reference part's, for offline planning.
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ class Arch:
     wave_size: int
     lds_bytes_per_cu: int
     part: str  # the reference part the numbers are for
+    tf32: bool  # the matrix units take TF32 (xf32 MFMA / tf32 wgmma); gfx950 (CDNA4) dropped xf32
+    # (bm, bn, bk, warps) of the default preset: the operand stages fit this arch's LDS / shared memory.
+    default_tiles: tuple[tuple[int, int, int, int], ...]
+    default_stages: int  # software pipeline depth of the default preset
+    full_stages: tuple[int, ...]  # depths the full sweep tries
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """fp32 precisions this arch can build."""
+        return ("ieee", "tf32") if self.tf32 else ("ieee",)
 
     @property
     def triton_target(self):
@@ -32,9 +43,22 @@ class Arch:
 ARCHES: dict[str, Arch] = {
     a.name: a
     for a in (
-        Arch("gfx942", "hip", 304, 64, 64 * 1024, "MI300X"),
-        Arch("gfx950", "hip", 256, 64, 160 * 1024, "MI355X"),
-        Arch("sm_90", "cuda", 132, 32, 228 * 1024, "H200 SXM"),
+        Arch(
+            "gfx942", "hip", 304, 64, 64 * 1024, "MI300X", tf32=True,
+            default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 128, 32, 8)),
+            default_stages=2, full_stages=(2, 3),
+        ),
+        Arch(
+            "gfx950", "hip", 256, 64, 160 * 1024, "MI355X", tf32=False,
+            default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (256, 128, 64, 8)),
+            default_stages=2, full_stages=(2, 3),
+        ),
+        # sm_90: the larger shared memory tiles and three stages (Triton's NVIDIA default depth).
+        Arch(
+            "sm_90", "cuda", 132, 32, 228 * 1024, "H200 SXM", tf32=True,
+            default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
+            default_stages=3, full_stages=(2, 3, 4),
+        ),  # fmt: skip
     )
 }
 

@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from skwgrad.abi.arch import ARCHES
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.aot.sweep import SweepItem
 from skwgrad.cache.store import Cache, compute_key, current_identity
 from skwgrad.errors import CacheError, SkwgradError

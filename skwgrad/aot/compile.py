@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
-from skwgrad.aot.identity import COMPILER, check_build_compiler
+from skwgrad.abi.identity import COMPILER, PINNED_TRITON
 from skwgrad.aot.kernels import flags_per_cta, kernel_for
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
 
 
@@ -31,6 +31,18 @@ class CompiledKernel:
         return self.metadata["name"]
 
 
+def check_build_compiler() -> None:
+    """Building needs exactly the pinned Triton: anything else would file objects under a key
+    that does not describe them."""
+    import triton
+
+    if triton.__version__ != PINNED_TRITON:
+        raise AbiError(
+            f"skwgrad builds with triton=={PINNED_TRITON} (pinned; it is part of every cache key), "
+            f"found triton {triton.__version__}: pip install triton=={PINNED_TRITON}"
+        )
+
+
 def compiler_identity() -> str:
     """The compiler part of cache keys; building refuses any Triton but the pinned one."""
     check_build_compiler()
@@ -43,10 +55,10 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
 
     check_build_compiler()
     target = get_arch(arch)
-    if arch == "gfx950" and spec.precision == "tf32":
+    if spec.precision and spec.precision not in target.precisions:
         raise AbiError(
-            f"{spec.label}: gfx950 has no TF32 matrix instructions (CDNA4 dropped xf32); "
-            f"build fp32 kernels for gfx950 with precision 'ieee'"
+            f"{spec.label}: {arch} has no TF32 matrix instructions; "
+            f"build fp32 kernels for {arch} with precision 'ieee'"
         )
     fn, consts = kernel_for(spec, target)
     decl = spec.kernarg_decl

@@ -17,7 +17,7 @@ Presets
     the pruned presets never build (below). Smoke is therefore *not* a subset of ``default``.
 ``default``
     What a deployment needs: a few tiles per arch chosen to fit the arch's LDS / shared memory
-    (``_DEFAULT_TILES``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
+    (``Arch.default_tiles`` in ``skwgrad.abi.arch``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
     not, every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``), dW in the input
     dtype and in fp32, and for split-K the channel alignments ``{1, W} x {1, W}`` (``vec = 1``
     serves any channel count, ``W`` the aligned common case) plus the intermediate diagonal
@@ -74,15 +74,13 @@ from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
 from skwgrad.abi.kernargs import SK_REDUCTIONS
 from skwgrad.abi.launch import STAGE2_BLOCK
 from skwgrad.abi.streamk import MODES
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import SkwgradError
 
 PRESETS = ("smoke", "default", "full")
 STREAMK_CHOICES = ("off", *MODES, "all")
 STAGE2_WARPS = 4
 SMOKE_DTYPES = ("bf16",)
-# Arches without a TF32 path in Triton: fp32 there is ieee only (never enumerate tf32).
-NO_TF32 = frozenset({"gfx950"})
 
 
 class SweepError(SkwgradError, ValueError):
@@ -155,9 +153,9 @@ def vec_widths(dtype: str) -> tuple[int, ...]:
 def precisions(dtype: str, arch: str, preset: str = "full") -> tuple[str, ...]:
     if dtype != "fp32":
         return ("",)
-    if arch in NO_TF32 or preset == "smoke":
+    if preset == "smoke":
         return ("ieee",)
-    return ("ieee", "tf32")
+    return ARCHES[arch].precisions
 
 
 def dw_dtypes(dtype: str) -> tuple[str, ...]:
@@ -169,19 +167,10 @@ def _variants_for(family: str, dw_dtype: str, allowed: tuple[str, ...]) -> tuple
     return tuple(v for v in allowed if v != "atomic" or dw_dtype == "fp32")
 
 
-# -- per-arch tile tables -------------------------------------------------------------------
-# (bm, bn, bk, warps). Chosen so the operand stages fit the arch's LDS / shared memory; sm_90
-# gets the larger shared memory tiles and three stages (Triton's NVIDIA default pipeline depth).
-_DEFAULT_TILES = {
-    "gfx942": ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 128, 32, 8)),
-    "gfx950": ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (256, 128, 64, 8)),
-    "sm_90": ((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
-}
-_DEFAULT_STAGES = {"gfx942": 2, "gfx950": 2, "sm_90": 3}
+# -- tile tables: the per-arch defaults live in ``skwgrad.abi.arch`` ------------------------
 _FULL_DIMS = (32, 64, 128, 256)
 _FULL_BK = (32, 64, 128)
 _FULL_WARPS = (4, 8)
-_FULL_STAGES = {"gfx942": (2, 3), "gfx950": (2, 3), "sm_90": (2, 3, 4)}
 _SMOKE_TILE = Tile(32, 32, 32, 4, 2)  # smallest MFMA/wgmma-friendly tile: fastest to compile
 _SMOKE_TREE_TILE = Tile(32, 128, 32, 4, 2)  # the scalar dp_sk tree kernel follows the BN >= 128 rule
 
@@ -197,13 +186,13 @@ def _tile_configs(preset: str, arch: str, dtype: str, tiles: tuple[Tile, ...] | 
         out = []
         for t in tiles:
             warps = [t.num_warps] if t.num_warps else ([8] if t.bm * t.bn >= 128 * 128 else [4])
-            stages = [t.num_stages] if t.num_stages else [_DEFAULT_STAGES[arch]]
+            stages = [t.num_stages] if t.num_stages else [ARCHES[arch].default_stages]
             out += [Tile(t.bm, t.bn, t.bk, w, s) for w in warps for s in stages]
         return out
     if preset == "default":
         return [
-            Tile(bm, bn, bk, w, _DEFAULT_STAGES[arch])
-            for bm, bn, bk, w in _DEFAULT_TILES[arch]
+            Tile(bm, bn, bk, w, ARCHES[arch].default_stages)
+            for bm, bn, bk, w in ARCHES[arch].default_tiles
             if _fits(arch, dtype, bm, bn, bk)
         ]
     if preset == "full":
@@ -214,7 +203,7 @@ def _tile_configs(preset: str, arch: str, dtype: str, tiles: tuple[Tile, ...] | 
             for w in _FULL_WARPS:
                 if w == 8 and bm * bn < 64 * 64:
                     continue
-                out += [Tile(bm, bn, bk, w, s) for s in _FULL_STAGES[arch]]
+                out += [Tile(bm, bn, bk, w, s) for s in ARCHES[arch].full_stages]
         return out
     raise AssertionError(preset)
 

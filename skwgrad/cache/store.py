@@ -47,7 +47,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError, SkwgradError
 
 SCHEMA_VERSION = 1
@@ -77,7 +77,7 @@ def default_cache_dir() -> Path:
 def _identity() -> tuple[str, str]:
     """(compiler identity, kernel source hash) of this process: part of every key."""
     # Triton-free: the GPU machine reading the cache has no (or another) compiler.
-    from skwgrad.aot.identity import compiler_identity, source_hash
+    from skwgrad.abi.identity import compiler_identity, source_hash
 
     return compiler_identity(), source_hash()
 

@@ -32,7 +32,7 @@ from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import Packer, declaration
 from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, launch_geometry
 from skwgrad.abi.streamk import WAITING_REDUCTIONS, resolve_pool
-from skwgrad.aot.spec import KernelSpec
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError, CacheError, ProblemError
 
 EPOCH_LIMIT = 2**31 - 1  # epochs are i32 kernargs: wrap (re-zero the flags) before this

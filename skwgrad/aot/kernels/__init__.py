@@ -5,7 +5,7 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 from __future__ import annotations
 
 from skwgrad.abi.kernargs import declaration
-from skwgrad.aot.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
+from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
 from skwgrad.aot.kernels import stage2, wgrad
 
 

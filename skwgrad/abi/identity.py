@@ -12,7 +12,6 @@ import functools
 import hashlib
 from pathlib import Path
 
-from skwgrad.errors import AbiError
 
 PINNED_TRITON = "3.9.0"  # keep equal to the triton pin in pyproject.toml
 COMPILER = f"triton-{PINNED_TRITON}"
@@ -21,7 +20,7 @@ _PKG = Path(__file__).resolve().parents[1]
 # Everything that decides the bytes of a code object for a given spec and target.
 _SOURCES = sorted((_PKG / "aot" / "kernels").glob("*.py")) + [
     _PKG / "abi" / "kernargs.py",
-    _PKG / "aot" / "spec.py",
+    _PKG / "abi" / "spec.py",
     _PKG / "aot" / "compile.py",
 ]
 
@@ -38,15 +37,3 @@ def source_hash() -> str:
     for path in _SOURCES:
         h.update(path.relative_to(_PKG).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
-
-
-def check_build_compiler() -> None:
-    """Building needs exactly the pinned Triton: anything else would file objects under a key
-    that does not describe them."""
-    import triton
-
-    if triton.__version__ != PINNED_TRITON:
-        raise AbiError(
-            f"skwgrad builds with triton=={PINNED_TRITON} (pinned; it is part of every cache key), "
-            f"found triton {triton.__version__}: pip install triton=={PINNED_TRITON}"
-        )
