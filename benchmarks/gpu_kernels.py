@@ -208,51 +208,49 @@ class Launch:
             pool=pool, ks_count=ks_count, flags_per_cta=md["flags_per_cta"] or None,
         )  # fmt: skip
         self.dw = torch.empty(problem.dw_numel, dtype=getattr(torch, TORCH_DT[problem.dw_dtype]), device="cuda")
-        self.ws = torch.zeros(max(self.geo.workspace.total_bytes, 256) // 4, dtype=torch.float32, device="cuda")
+        ws = self.geo.workspace
+        # The two arenas of the workspace layout: zeroed (zero at rest, the kernels restore it) and scratch.
+        self.zeroed = torch.zeros(max(ws.arena_bytes("zeroed"), 256) // 4, dtype=torch.float32, device="cuda")
+        self.scratch = torch.zeros(max(ws.arena_bytes("scratch"), 256) // 4, dtype=torch.float32, device="cuda")
         self.packer = Packer(spec.kernarg_decl, md["kernarg"]["tail_pointers"])
         values = {"dy": dy.data_ptr(), "x": x.data_ptr(), "dw": self.dw.data_ptr(), **self.geo.scalars}
         decl_names = set(spec.kernarg_decl.value_names())
+
+        def at(region):
+            r = ws.region(region)
+            return (self.zeroed if r.arena == "zeroed" else self.scratch).data_ptr() + r.offset
+
         if "ws_ptr" in decl_names:
-            values["ws_ptr"] = self.ws.data_ptr()
+            values["ws_ptr"] = at("replicas")
         if "sk_flags" in decl_names:
-            ws = self.geo.workspace
-            values["sk_flags"] = self.ws.data_ptr() + ws.region("flags").offset
-            values["sk_partials"] = self.ws.data_ptr() + ws.region("partials").offset
-            values["sk_epoch"] = 0
+            values["sk_flags"] = at("flags")
+            values["sk_partials"] = at("partials")
         self._bytes = self.packer.pack(values)
         self.buf = (ctypes.c_char * self.packer.size).from_buffer(self._bytes)
-        self.epoch = 0
         self.stage2 = None
         if self.geo.workspace.needs_stage2:
             s2 = KernelSpec("stage2", "reduce", problem.dw_dtype, problem.dw_dtype, block=STAGE2_BLOCK, num_warps=4)
             p2 = Packer(s2.kernarg_decl, rt.kernels[s2]["kernarg"]["tail_pointers"])
-            self._b2 = p2.pack({"ws_ptr": self.ws.data_ptr(), "dw": self.dw.data_ptr(), **self.geo.stage2_scalars})
+            self._b2 = p2.pack({"ws_ptr": at("replicas"), "dw": self.dw.data_ptr(), **self.geo.stage2_scalars})
             self.stage2 = (s2, p2, (ctypes.c_char * p2.size).from_buffer(self._b2))
 
     def run(self):
         ws = self.geo.workspace
         if ws.zero_dw:
             self.dw.zero_()
-        for off, nbytes in ws.zero_ranges:
-            self.ws[off // 4 : (off + nbytes) // 4].zero_()
-        if "sk_epoch" in self.packer.offsets:
-            self.epoch += 1
-            self.packer.pack_into(self._bytes, "sk_epoch", self.epoch)
         self.rt.launch(self.spec, self.geo.grid, self.packer, self.buf)
         if self.stage2:
             s2, p2, b2 = self.stage2
             self.rt.launch(s2, self.geo.stage2_grid, p2, b2)
 
     def poison(self):
-        """NaN over dW and every workspace byte except the flags (their epoch protocol)."""
+        """NaN over dW and the scratch arena; the zeroed arena must still be zero (checked)."""
         self.dw.fill_(float("nan"))
-        ws = self.geo.workspace
-        keep = ws.region("flags") if ws.epoch_flags else None
-        self.ws.fill_(float("nan"))
-        if keep is not None:
-            self.ws[: keep.nbytes // 4].fill_(-1)  # a poisoned flag: never equals an epoch (>= 1)
-        for off, nbytes in ws.zero_ranges:
-            self.ws[off // 4 : (off + nbytes) // 4].zero_()
+        self.scratch.fill_(float("nan"))
+
+    def zeroed_left_nonzero(self) -> int:
+        """Bytes of the zeroed arena the last launch left non-zero (the contract says 0)."""
+        return int(self.rt.torch.count_nonzero(self.zeroed.view(self.rt.torch.int32)))
 
     def output(self):
         return self.dw.view(*self.p.dw_shape)
@@ -315,7 +313,9 @@ def cmd_check(a):
 
     def record(name, spec, launch, err, tol, extra=""):
         nonlocal failures
-        ok = err <= tol
+        left = launch.zeroed_left_nonzero()  # the zero-at-rest contract of flags / workspace replica
+        ok = err <= tol and left == 0
+        extra = f"{extra} zeroed-left={left}" if left else extra
         failures += not ok
         part = launch.geo.partition
         pinfo = (f"pool={part.pool} sk={part.sk_ctas} dp={part.dp_tiles} partners<={part.max_linear_partners}"

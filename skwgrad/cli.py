@@ -61,15 +61,14 @@ def parse_tile(text: str) -> tuple[int, int, int]:
 @click.option("--reduction", default="", help="stream-K: linear|tree|atomic|workspace (default linear); split-K: direct|atomic|two_stage (default two_stage)")
 @click.option("--streamk-ctas", type=int, default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default for the arch")
 @click.option("--ks-count", type=int, default=1, show_default=True, help="split-K degree (--streamk off)")
-@click.option("--flags-per-cta", type=int, default=1, show_default=True, help="flags each SK CTA publishes (the kernel's protocol)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of tables")
-def plan(problem_text, arch, tile, streamk, reduction, streamk_ctas, ks_count, flags_per_cta, as_json):
+def plan(problem_text, arch, tile, streamk, reduction, streamk_ctas, ks_count, as_json):
     """Show the GEMM view, partition, grid, workspace and kernarg block of one launch (no GPU)."""
     from skwgrad.abi.plan_report import plan_report
 
     report = plan_report(
         problem_text, arch=arch, tile=parse_tile(tile), streamk=streamk, reduction=reduction,
-        streamk_ctas=streamk_ctas, ks_count=ks_count, flags_per_cta=flags_per_cta,
+        streamk_ctas=streamk_ctas, ks_count=ks_count,
     )  # fmt: skip
     if as_json:
         click.echo(json.dumps(report, indent=2))

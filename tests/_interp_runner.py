@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
-from skwgrad.aot.kernels import flags_per_cta, kernel_for  # noqa: E402
+from skwgrad.aot.kernels import kernel_for  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.reference import relative_error, tolerance, wgrad_reference  # noqa: E402
 
@@ -34,7 +34,7 @@ def run(case):
     spec.check_problem(p)
     geo = launch_geometry(
         p, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
-        pool=case.get("pool", 0), ks_count=case.get("ks_count", 1), flags_per_cta=flags_per_cta(spec, WAVE) or None,
+        pool=case.get("pool", 0), ks_count=case.get("ks_count", 1), flags_per_cta=spec.flags_per_cta(WAVE) or None,
     )  # fmt: skip
     rng = np.random.default_rng(case.get("seed", 0))
     x64 = rng.standard_normal(p.x_shape)
@@ -44,17 +44,28 @@ def run(case):
     dw = torch.full((p.dw_numel,), float("nan"), dtype=TORCH[p.dw_dtype])  # poisoned
     if geo.workspace.zero_dw:
         dw.zero_()
-    ws = torch.full((max(geo.workspace.total_bytes // 4, 4),), float("nan"), dtype=torch.float32)
-    for off, nbytes in geo.workspace.zero_ranges:
-        ws[off // 4 : (off + nbytes) // 4] = 0
-    args = {"dy": dy, "x": x, "dw": dw, "ws_ptr": ws, "ws_bytes": 0, **geo.scalars}
+    # The two arenas: zeroed (zero at rest; the kernels must leave it zero) and scratch (poisoned).
+    lay = geo.workspace
+    zeroed = torch.zeros((max(lay.arena_bytes("zeroed") // 4, 64),), dtype=torch.float32)
+    scratch = torch.full((max(lay.arena_bytes("scratch") // 4, 64),), float("nan"), dtype=torch.float32)
+    arena = {"zeroed": zeroed, "scratch": scratch}
+
+    def buf(region, dtype=torch.float32):
+        r = lay.region(region)
+        return arena[r.arena][r.offset // 4 :].view(dtype)
+
+    args = {"dy": dy, "x": x, "dw": dw, "ws_bytes": 0, **geo.scalars}
+    args["ws_ptr"] = buf("replicas") if lay.needs_stage2 else scratch
+    if "sk_flags" in spec.kernarg_decl.names:
+        args["sk_flags"] = buf("flags", torch.int32)
+        args["sk_partials"] = buf("partials")
     fn, consts = kernel_for(spec, TARGET)
     names = [n for n in spec.kernarg_decl.names]
     fn[(geo.grid,)](*[args[n] for n in names], **consts)
     if geo.workspace.needs_stage2:
         s2 = KernelSpec("stage2", "reduce", p.dw_dtype, p.dw_dtype, block=STAGE2_BLOCK)
         fn2, consts2 = kernel_for(s2, TARGET)
-        fn2[(geo.stage2_grid,)](ws, dw, **geo.stage2_scalars, **consts2)
+        fn2[(geo.stage2_grid,)](args["ws_ptr"], dw, **geo.stage2_scalars, **consts2)
     # Rebuild the reference from the rounded inputs the kernel saw.
     ref = wgrad_reference(p, x.to(torch.float64).numpy(), dy.to(torch.float64).numpy())
     out = dw.to(torch.float64).numpy().reshape(p.dw_shape)
@@ -69,6 +80,7 @@ def run(case):
         "sk_ctas": part.sk_ctas if part else 0,
         "dp_tiles": part.dp_tiles if part else geo.tiling.num_tiles,
         "ks_count": geo.ks_count,
+        "zeroed_left_nonzero": int(torch.count_nonzero(zeroed)),  # the zero-at-rest contract
     }
 
 

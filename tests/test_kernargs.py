@@ -71,7 +71,7 @@ def test_streamk_args_come_after_ks_count(family, variant):
     offs = slots_of(decl)[0]
     tail = list(decl.names[len(PREFIX) :])
     flags = variant in ("linear", "tree")
-    expected = (["sk_flags", "sk_partials"] if flags else []) + SK_NAMES + (["sk_epoch"] if flags else [])
+    expected = (["sk_flags", "sk_partials"] if flags else []) + SK_NAMES  # no epoch: flags are zero at rest
     assert tail == expected
     assert all(offs[n] > offs["ks_count"] for n in tail)
 
@@ -102,7 +102,7 @@ def test_linear_layout_pads_before_flags():
     offs = slots_of(declaration("wgrad_sk", "linear"))[0]
     # ks_count ends at 132; the flag pointer realigns to 136.
     assert offs["sk_flags"] == 136 and offs["sk_partials"] == 144 and offs["sk_iters_per_tile"] == 152
-    assert offs["sk_epoch"] == 152 + 4 * len(SK_NAMES)
+    assert "sk_epoch" not in offs
     atomic = slots_of(declaration("wgrad_sk", "atomic"))[0]
     assert atomic["sk_iters_per_tile"] == 132
 
@@ -121,8 +121,8 @@ def test_workspace_slot_reserved_unless_used(family, variant):
 
 def test_stage2_declaration():
     decl = declaration("stage2", "reduce")
-    assert decl.names == ("ws_ptr", "dw", "numel", "replicas")
-    assert natural_layout(["ptr", "ptr", "i32", "i32"])[0] == [s.offset for s in decl.layout()[0]]
+    assert decl.names == ("ws_ptr", "dw", "numel", "replicas", "reset")
+    assert natural_layout(["ptr", "ptr", "i32", "i32", "i32"])[0] == [s.offset for s in decl.layout()[0]]
 
 
 @pytest.mark.parametrize(
@@ -250,9 +250,9 @@ def test_pack_into_patches_one_slot():
     packer = Packer(decl)
     vals = values_for(decl)
     buf = packer.pack(vals)
-    packer.pack_into(buf, "sk_epoch", 77)
+    packer.pack_into(buf, "sk_pool", 77)
     packer.pack_into(buf, "dw", 0x1234_5670)
-    vals.update(sk_epoch=77, dw=0x1234_5670)
+    vals.update(sk_pool=77, dw=0x1234_5670)
     assert bytes(buf) == decl.pack(vals)
     with pytest.raises(AbiError, match="not 16-byte aligned"):
         packer.pack_into(buf, "dw", 0x1234_5678)
@@ -281,8 +281,8 @@ def test_pack_refuses_workspace_for_variant_without_one(family, variant, name):
 def test_pack_refuses_unknown_names():
     decl = declaration("wgrad_sk", "atomic")
     vals = values_for(decl)
-    vals["sk_epoch"] = 3  # only linear/tree have an epoch
-    with pytest.raises(AbiError, match=r"unknown kernarg\(s\) sk_epoch"):
+    vals["sk_flags"] = 0x1000  # only linear/tree hand partials over through flags
+    with pytest.raises(AbiError, match=r"unknown kernarg\(s\) sk_flags"):
         decl.pack(vals)
     vals = values_for(decl)
     vals["bogus"] = 1
@@ -306,7 +306,7 @@ def test_pack_refusal_of_tail_pointer_does_not_blame_workspace():
 @pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40])
 def test_pack_refuses_out_of_range_i32(value):
     decl = declaration("wgrad_sk", "tree")
-    for name in ("N", "ks_count", "sk_iters_per_cta", "sk_epoch"):
+    for name in ("N", "ks_count", "sk_iters_per_cta", "sk_tree_rounds"):
         vals = values_for(decl)
         vals[name] = value
         with pytest.raises(AbiError, match=rf"kernarg {name}={value} does not fit in i32"):

@@ -58,8 +58,8 @@ DW = 3 * 5 * 7  # an odd dW size: every rounding shows
 
 def test_direct():
     w = workspace_layout("wgrad", "direct", dw_numel=DW)
-    assert (w.regions, w.total_bytes, w.zero_dw, w.epoch_flags, w.replicas) == ((), 0, False, False, 0)
-    assert w.zero_ranges == () and not w.needs_stage2
+    assert (w.regions, w.zero_dw, w.replicas, w.stage2_reset) == ((), False, 0, False)
+    assert w.arena_bytes("zeroed") == w.arena_bytes("scratch") == 0 and not w.needs_stage2 and not w.uses_workspace
 
 
 @pytest.mark.parametrize("ks", [0, 2, 8])
@@ -71,18 +71,19 @@ def test_direct_refuses_ks_count(ks):
 @pytest.mark.parametrize("family, variant", [("wgrad", "atomic"), ("wgrad_sk", "atomic")])
 def test_atomic_zeroes_dw_only(family, variant):
     w = workspace_layout(family, variant, dw_numel=DW, ks_count=4 if family == "wgrad" else 1, sk_ctas=7)
-    assert w.regions == () and w.total_bytes == 0
-    assert w.zero_dw and not w.epoch_flags and w.replicas == 0 and not w.needs_stage2
+    assert w.regions == () and w.arena_bytes("zeroed") == w.arena_bytes("scratch") == 0
+    assert w.zero_dw and w.replicas == 0 and not w.needs_stage2
 
 
 @pytest.mark.parametrize("ks", [1, 2, 5])
 def test_two_stage(ks):
     w = workspace_layout("wgrad", "two_stage", dw_numel=DW, ks_count=ks)
     r = w.region("replicas")
-    assert (r.offset, r.nbytes, r.zero_per_launch) == (0, 4 * DW * ks, False)
-    assert w.total_bytes == roundup(4 * DW * ks)
-    assert w.replicas == ks and w.needs_stage2
-    assert not w.zero_dw and not w.epoch_flags and w.zero_ranges == ()
+    # every split stores its whole replica: scratch memory, nothing to reset
+    assert (r.arena, r.offset, r.nbytes) == ("scratch", 0, 4 * DW * ks)
+    assert w.arena_bytes("scratch") == roundup(4 * DW * ks) and w.arena_bytes("zeroed") == 0
+    assert w.replicas == ks and w.needs_stage2 and not w.stage2_reset
+    assert not w.zero_dw
 
 
 @pytest.mark.parametrize("variant", ["linear", "tree"])
@@ -91,23 +92,22 @@ def test_flag_reductions(variant, sk_ctas, per_cta, bm, bn):
     w = workspace_layout("wgrad_sk", variant, dw_numel=DW, bm=bm, bn=bn, sk_ctas=sk_ctas, flags_per_cta=per_cta)
     assert [r.name for r in w.regions] == ["flags", "partials"]
     flags, partials = w.region("flags"), w.region("partials")
-    assert flags.offset == 0 and flags.nbytes == flags_bytes(sk_ctas, per_cta)
-    assert partials.offset == flags.nbytes and partials.offset % 256 == 0
+    # flags are zero at rest (the consumers reset them): the zeroed arena; partials: scratch
+    assert (flags.arena, flags.offset, flags.nbytes) == ("zeroed", 0, flags_bytes(sk_ctas, per_cta))
+    assert (partials.arena, partials.offset) == ("scratch", 0)
     assert partials.nbytes >= 4 * bm * bn * sk_ctas  # one f32 BM x BN slot per SK CTA
     assert partials.nbytes == roundup(4 * bm * bn * sk_ctas)
-    assert w.total_bytes == partials.offset + partials.nbytes
-    # epoch flags: nothing zeroed per launch (zeroed once, at allocation)
-    assert w.epoch_flags and w.zero_ranges == () and not flags.zero_per_launch
+    assert w.arena_bytes("zeroed") == flags.nbytes and w.arena_bytes("scratch") == partials.nbytes
     assert not w.zero_dw and w.replicas == 0 and not w.needs_stage2
 
 
 def test_workspace_reduction():
     w = workspace_layout("wgrad_sk", "workspace", dw_numel=DW, sk_ctas=9)
     r = w.region("replicas")
-    assert (r.offset, r.nbytes, r.zero_per_launch) == (0, 4 * DW, True)
-    assert w.zero_ranges == ((0, 4 * DW),)
-    assert w.replicas == 1 and w.needs_stage2 and w.total_bytes == roundup(4 * DW)
-    assert not w.zero_dw and not w.epoch_flags
+    # accumulated with atomics, so it must start at zero: the zeroed arena, and Stage-2 resets it
+    assert (r.arena, r.offset, r.nbytes) == ("zeroed", 0, 4 * DW)
+    assert w.replicas == 1 and w.needs_stage2 and w.stage2_reset and w.arena_bytes("zeroed") == roundup(4 * DW)
+    assert not w.zero_dw
 
 
 def test_region_lookup_refuses_unknown():
@@ -163,9 +163,9 @@ def test_splitk_drops_empty_splits(ks):
     # the workspace is sized for the splits actually launched
     assert geo.workspace == workspace_layout("wgrad", "two_stage", dw_numel=PROB.dw_numel, ks_count=geo.ks_count)
     assert geo.workspace.replicas == geo.ks_count
-    assert geo.scalars["ws_bytes"] == geo.workspace.total_bytes
+    assert geo.scalars["ws_bytes"] == geo.workspace.region("replicas").nbytes
     assert geo.stage2_grid == math.ceil(PROB.dw_numel / STAGE2_BLOCK)
-    assert geo.stage2_scalars == {"numel": PROB.dw_numel, "replicas": geo.ks_count}
+    assert geo.stage2_scalars == {"numel": PROB.dw_numel, "replicas": geo.ks_count, "reset": 0}
     assert geo.partition is None
 
 
@@ -173,7 +173,7 @@ def test_splitk_drop_example():
     # 50 iterations asked in 40 splits: 2 per split, so only 25 splits are non-empty.
     geo = launch_geometry(PROB, "wgrad", "atomic", bm=64, bn=64, bk=32, ks_count=40)
     assert (geo.ks_iters, geo.ks_count, geo.grid) == (2, 25, 16 * 25)
-    assert geo.workspace.zero_dw and geo.workspace.total_bytes == 0 and geo.stage2_grid == 0
+    assert geo.workspace.zero_dw and not geo.workspace.uses_workspace and geo.stage2_grid == 0
     assert "ws_bytes" not in geo.scalars  # reserved slot in the atomic epilogue
 
 
@@ -211,8 +211,8 @@ def test_streamk_geometry(variant, mode, pool):
         assert geo.workspace.region("flags").nbytes == flags_bytes(part.sk_ctas, 1)
     assert ("ws_bytes" in geo.scalars) == (variant == "workspace")
     if variant == "workspace":
-        assert geo.scalars["ws_bytes"] == geo.workspace.total_bytes
-        assert geo.stage2_scalars == {"numel": PROB.dw_numel, "replicas": 1}
+        assert geo.scalars["ws_bytes"] == geo.workspace.region("replicas").nbytes
+        assert geo.stage2_scalars == {"numel": PROB.dw_numel, "replicas": 1, "reset": 1}
     else:
         assert geo.stage2_grid == 0
 
@@ -254,7 +254,7 @@ def test_all_dp_streamk_has_no_flag_table():
     geo = launch_geometry(PROB, "wgrad_sk", "linear", bm=64, bn=64, bk=32, mode="persistent", pool=8, flags_per_cta=1)
     assert geo.partition.sk_ctas == 0 and geo.grid == 8
     assert geo.scalars["sk_iters_per_cta"] == 1 and geo.scalars["sk_ctas"] == 0
-    assert geo.workspace.total_bytes == 0
+    assert geo.workspace.arena_bytes("zeroed") == geo.workspace.arena_bytes("scratch") == 0
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,14 @@ class Arch:
     default_stages: int  # software pipeline depth of the default preset
     full_stages: tuple[int, ...]  # depths the full sweep tries
 
+    def default_warps(self, bm: int, bn: int, bk: int) -> int:
+        """Warps of a tile: the default preset's choice when it has the tile, else 8 for tiles of
+        128x128 outputs or more and 4 below (the sweep's rule for ``--tiles`` without ``w``)."""
+        for tbm, tbn, tbk, w in self.default_tiles:
+            if (tbm, tbn, tbk) == (bm, bn, bk):
+                return w
+        return 8 if bm * bn >= 128 * 128 else 4
+
     @property
     def precisions(self) -> tuple[str, ...]:
         """fp32 precisions this arch can build."""

@@ -11,7 +11,7 @@ Layout (SPEC section 4)::
         ws_ptr, ws_bytes, ks_iters, ks_count
     stream-K appends, after ks_count:
         [sk_flags, sk_partials] (linear/tree), sk_iters_per_tile, sk_dp_tiles, sk_ctas,
-        sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds, [sk_epoch] (linear/tree)
+        sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds
     then the compiler's trailing pointers (Triton's global and profile scratch), passed null.
 
 ``ws_ptr``/``ws_bytes`` keep their slot in every wgrad variant, so the prefix up to ``ks_count``
@@ -149,12 +149,13 @@ def declaration(family: str, variant: str) -> KernargDecl:
         if flags:
             args += [Arg("sk_flags", "ptr", "i32"), Arg("sk_partials", "ptr", "f32")]
         args += [Arg(n, "i32") for n in SK_SCALARS]
-        if flags:
-            args.append(Arg("sk_epoch", "i32"))
     elif family == "stage2":
         if variant != "reduce":
             raise AbiError(f"stage2 variant {variant!r} is not 'reduce'")
-        args = [Arg("ws_ptr", "ptr", "f32"), Arg("dw", "ptr", "dw"), Arg("numel", "i32"), Arg("replicas", "i32")]
+        args = [
+            Arg("ws_ptr", "ptr", "f32"), Arg("dw", "ptr", "dw"), Arg("numel", "i32"), Arg("replicas", "i32"),
+            Arg("reset", "i32"),
+        ]  # fmt: skip
     else:
         raise AbiError(f"kernel family {family!r} is not one of {', '.join(FAMILIES)}")
     names = [a.name for a in args]
@@ -181,7 +182,7 @@ _PTR = struct.Struct("<Q")
 
 class Packer:
     """Packs one declaration. Checks every value once; ``pack_into`` re-patches chosen slots of a
-    prepacked template for repeated launches (a plan changes only pointers and the epoch)."""
+    prepacked template for repeated launches (a plan changes only pointers)."""
 
     def __init__(self, decl: KernargDecl, tail_pointers: int = 0):
         self.decl = decl

@@ -31,7 +31,7 @@ class LaunchGeometry:
     ks_iters: int
     partition: StreamKPartition | None
     workspace: WorkspaceLayout
-    scalars: dict  # every non-pointer kernarg except sk_epoch
+    scalars: dict  # every non-pointer kernarg
 
     @property
     def stage2_grid(self) -> int:
@@ -39,7 +39,11 @@ class LaunchGeometry:
 
     @property
     def stage2_scalars(self) -> dict:
-        return {"numel": self.problem.dw_numel, "replicas": self.workspace.replicas}
+        return {
+            "numel": self.problem.dw_numel,
+            "replicas": self.workspace.replicas,
+            "reset": int(self.workspace.stage2_reset),
+        }
 
 
 def launch_geometry(
@@ -100,9 +104,10 @@ def launch_geometry(
     scalars["ks_iters"] = ks_iters
     scalars["ks_count"] = ks_count
     if not kernargs.declaration(family, variant).args[kernargs.WS_INDEX].reserved:
-        scalars["ws_bytes"] = ws.total_bytes
-        if ws.total_bytes > kernargs.I32_MAX:
-            raise ProblemError(f"workspace of {ws.total_bytes} bytes does not fit the i32 ws_bytes kernarg")
+        ws_bytes = ws.region("replicas").nbytes
+        if ws_bytes > kernargs.I32_MAX:
+            raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
+        scalars["ws_bytes"] = ws_bytes
     if part is not None:
         scalars.update(part.kernarg_values())
     return LaunchGeometry(problem, family, variant, mode, tiling, grid, ks_count, ks_iters, part, ws, scalars)

@@ -8,10 +8,11 @@ from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.kernargs import declaration
 from skwgrad.abi.launch import launch_geometry
+from skwgrad.abi.spec import KernelSpec
 from skwgrad.abi.streamk import resolve_pool
 
 
-def plan_report(problem_text, *, arch, tile, streamk, reduction, streamk_ctas, ks_count, flags_per_cta) -> dict:
+def plan_report(problem_text, *, arch, tile, streamk, reduction, streamk_ctas, ks_count) -> dict:
     a = get_arch(arch)
     problem = parse_problem(problem_text)
     bm, bn, bk = tile
@@ -22,9 +23,14 @@ def plan_report(problem_text, *, arch, tile, streamk, reduction, streamk_ctas, k
         declaration(family, variant)
         pool = resolve_pool(streamk_ctas, a.compute_units, variant)
         ks_count = 1
+    problem.tiling(bm, bn, bk)  # the tile itself, checked first
+    # Flags per CTA follow from the kernel the sweep builds for this tile (its warps), never an option.
+    warps = a.default_warps(bm, bn, bk)
+    flags = KernelSpec(family, variant, "bf16", "bf16" if variant != "atomic" else "fp32", bm=bm, bn=bn, bk=bk,
+                       num_warps=warps, mode=mode).flags_per_cta(a.wave_size)  # fmt: skip
     geo = launch_geometry(
         problem, family, variant, bm=bm, bn=bn, bk=bk, mode=mode, pool=pool,
-        ks_count=ks_count, flags_per_cta=flags_per_cta,
+        ks_count=ks_count, flags_per_cta=flags or None,
     )  # fmt: skip
     decl = declaration(family, variant)
     slots, size = decl.layout()
@@ -35,16 +41,16 @@ def plan_report(problem_text, *, arch, tile, streamk, reduction, streamk_ctas, k
             value = "0 (reserved)"
         elif s.arg.kind == "ptr":
             value = f"<{name}>"
-        elif name == "sk_epoch":
-            value = "<epoch>"
         else:
             value = geo.scalars[name]
         kernargs.append({"name": name, "offset": s.offset, "size": s.arg.size, "value": value})
     p = problem
+    ws = geo.workspace
     return {
         "problem": p.describe(),
         "arch": {"name": a.name, "compute_units": a.compute_units, "part": a.part},
-        "kernel": {"family": family, "variant": variant, "mode": mode, "tile": f"{bm}x{bn}x{bk}"},
+        "kernel": {"family": family, "variant": variant, "mode": mode, "tile": f"{bm}x{bn}x{bk}", "num_warps": warps,
+                   "flags_per_cta": flags},  # fmt: skip
         "gemm": {
             "groups": p.g, "M": p.gemm_m, "N": p.gemm_n, "K": p.gemm_k,
             "output": f"{p.do}x{p.ho}x{p.wo}" if p.spatial_dims == 3 else f"{p.ho}x{p.wo}",
@@ -56,11 +62,12 @@ def plan_report(problem_text, *, arch, tile, streamk, reduction, streamk_ctas, k
         "ks_count": geo.ks_count,
         "ks_iters": geo.ks_iters,
         "workspace": {
-            "total_bytes": geo.workspace.total_bytes,
-            "regions": [asdict(r) for r in geo.workspace.regions],
-            "zero_dw": geo.workspace.zero_dw,
-            "epoch_flags": geo.workspace.epoch_flags,
-            "stage2_replicas": geo.workspace.replicas,
+            "zeroed_bytes": ws.arena_bytes("zeroed"),
+            "scratch_bytes": ws.arena_bytes("scratch"),
+            "regions": [asdict(r) for r in ws.regions],
+            "zero_dw": ws.zero_dw,
+            "stage2_replicas": ws.replicas,
+            "stage2_reset": ws.stage2_reset,
             "stage2_grid": geo.stage2_grid,
         },
         "kernargs": {"bytes": size, "args": kernargs},
@@ -86,10 +93,10 @@ def format_report(r: dict) -> str:
         out.append(f"split-K   ks_count={r['ks_count']} ks_iters={r['ks_iters']}")
     out.append(f"grid      {r['grid']} CTAs")
     w = r["workspace"]
-    regions = ", ".join(f"{x['name']}@{x['offset']}+{x['nbytes']}{' (zeroed)' if x['zero_per_launch'] else ''}" for x in w["regions"]) or "none"
+    regions = ", ".join(f"{x['name']}@{x['arena']}+{x['offset']}:{x['nbytes']}" for x in w["regions"]) or "none"
     out.append(
-        f"workspace {w['total_bytes']} bytes: {regions}; zero dW: {'yes' if w['zero_dw'] else 'no'}; "
-        f"epoch flags: {'yes' if w['epoch_flags'] else 'no'}; stage-2: "
+        f"workspace zeroed {w['zeroed_bytes']} + scratch {w['scratch_bytes']} bytes: {regions}; "
+        f"zero dW: {'yes' if w['zero_dw'] else 'no'}; stage-2: "
         + (f"{w['stage2_replicas']} replica(s), {w['stage2_grid']} CTAs" if w["stage2_replicas"] else "none")
     )
     out.append(f"kernargs  {r['kernargs']['bytes']} bytes (+ the compiler's trailing scratch pointers, null)")

@@ -135,6 +135,14 @@ class KernelSpec:
         return cls(**d)
 
     # -- launch shapes ----------------------------------------------------------------------
+    def flags_per_cta(self, wave_size: int) -> int:
+        """Flags one stream-K CTA of this kernel publishes: one per thread for linear/tree (the
+        publish protocol of ``skwgrad.aot.kernels.wgrad``: each thread releases its own stores),
+        0 for kernels that use no flags. The only place this number is derived."""
+        if self.family == "wgrad_sk" and self.variant in ("linear", "tree"):
+            return self.num_warps * wave_size
+        return 0
+
     @property
     def kernarg_decl(self):
         return declaration(self.family, self.variant)

@@ -1,19 +1,26 @@
-"""Workspace layout per reduction: which buffers, their offsets and sizes, and what is zeroed.
+"""Workspace layout per reduction: which buffers, in which arena, at which offsets.
 
-| variant                  | buffers                          | zeroed per launch                 |
-|--------------------------|----------------------------------|-----------------------------------|
-| wgrad / direct           | none                             | nothing                           |
-| wgrad / atomic           | none (dW is fp32)                | dW                                |
-| wgrad / two_stage        | ks_count f32 replicas of dW      | nothing: every split stores its   |
-|                          |                                  | whole replica, Stage-2 sums them  |
-|                          |                                  | in split order (deterministic)    |
-| wgrad_sk / linear, tree  | [flags | partials]               | nothing: flags hold the launch's  |
-|                          |                                  | epoch (zeroed once, at allocation)|
-| wgrad_sk / atomic        | none (dW is fp32)                | dW                                |
-| wgrad_sk / workspace     | one f32 replica of dW            | the replica                       |
+A launch takes its buffers from two per-(device, stream) arenas:
+
+* **zeroed**: zero at rest. It is zeroed once, when it is allocated, and every kernel that uses
+  it leaves it zero: the linear/tree consumer resets each flag it polled, and Stage-2 resets the
+  stream-K workspace replica it summed. Nothing is zeroed per launch, so a launch is the same
+  bytes every time and a CUDA/HIP graph can replay it.
+* **scratch**: any contents; the kernel writes before it reads.
+
+| variant                  | zeroed arena                 | scratch arena                  | per launch |
+|--------------------------|------------------------------|--------------------------------|------------|
+| wgrad / direct           |                              |                                |            |
+| wgrad / atomic           |                              |                                | zero dW    |
+| wgrad / two_stage        |                              | ks_count f32 replicas (stored  |            |
+|                          |                              | whole by every split)          |            |
+| wgrad_sk / linear, tree  | flags (consumers reset them) | partial tiles                  |            |
+| wgrad_sk / atomic        |                              |                                | zero dW    |
+| wgrad_sk / workspace     | one f32 replica (atomics;    |                                |            |
+|                          | Stage-2 resets it)           |                                |            |
 
 ``flags_bytes`` is the only place the flag table is sized; its ``flags_per_cta`` comes from the
-kernel's publish protocol (recorded in the code object's metadata), never recomputed here.
+kernel spec (``KernelSpec.flags_per_cta``), never recomputed here.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from skwgrad.errors import AbiError
 ALIGN = 256
 F32 = 4
 FLAG_BYTES = 4
+ARENAS = ("zeroed", "scratch")
 
 
 def _roundup(n: int, a: int = ALIGN) -> int:
@@ -40,10 +48,10 @@ def flags_bytes(sk_ctas: int, flags_per_cta: int) -> int:
 
 @dataclass(frozen=True)
 class Region:
-    name: str
-    offset: int
+    name: str  # flags | partials | replicas
+    arena: str  # zeroed | scratch
+    offset: int  # inside its arena
     nbytes: int
-    zero_per_launch: bool
 
 
 @dataclass(frozen=True)
@@ -51,10 +59,9 @@ class WorkspaceLayout:
     family: str
     variant: str
     regions: tuple[Region, ...]
-    total_bytes: int
     zero_dw: bool  # dW itself accumulates (atomic): zero it before each launch
-    epoch_flags: bool  # flags compare against the launch's epoch; zero them once at allocation
     replicas: int  # f32 replicas of dW that Stage-2 sums (0: no Stage-2)
+    stage2_reset: bool  # Stage-2 stores zeros back into the replicas (they live in the zeroed arena)
 
     def region(self, name: str) -> Region:
         for r in self.regions:
@@ -62,14 +69,19 @@ class WorkspaceLayout:
                 return r
         raise KeyError(f"{self.family}/{self.variant} workspace has no {name!r} region")
 
-    @property
-    def zero_ranges(self) -> tuple[tuple[int, int], ...]:
-        """(offset, nbytes) inside the workspace to memset to 0 before each launch."""
-        return tuple((r.offset, r.nbytes) for r in self.regions if r.zero_per_launch and r.nbytes)
+    def arena_bytes(self, arena: str) -> int:
+        """Bytes this launch needs of ``arena`` (0: it takes nothing from it)."""
+        if arena not in ARENAS:
+            raise KeyError(arena)
+        return _roundup(max((r.offset + r.nbytes for r in self.regions if r.arena == arena), default=0))
 
     @property
     def needs_stage2(self) -> bool:
         return self.replicas > 0
+
+    @property
+    def uses_workspace(self) -> bool:
+        return bool(self.regions)
 
 
 def workspace_layout(
@@ -85,7 +97,7 @@ def workspace_layout(
 ) -> WorkspaceLayout:
     """The buffers one launch of (family, variant) needs, for a problem's dW size."""
     regions: list[Region] = []
-    zero_dw = epoch = False
+    zero_dw = reset = False
     replicas = 0
     if family == "wgrad":
         if variant == "direct":
@@ -95,7 +107,7 @@ def workspace_layout(
             zero_dw = True
         elif variant == "two_stage":
             replicas = ks_count
-            regions.append(Region("replicas", 0, F32 * dw_numel * ks_count, zero_per_launch=False))
+            regions.append(Region("replicas", "scratch", 0, F32 * dw_numel * ks_count))
         else:
             raise AbiError(f"unknown split-K epilogue {variant!r}")
     elif family == "wgrad_sk":
@@ -104,18 +116,16 @@ def workspace_layout(
                 raise AbiError("a linear/tree layout needs the kernel's flags_per_cta")
             if bm <= 0 or bn <= 0:
                 raise AbiError("a linear/tree layout needs the tile BM x BN")
-            fb = flags_bytes(sk_ctas, flags_per_cta)
-            regions.append(Region("flags", 0, fb, zero_per_launch=False))
-            regions.append(Region("partials", fb, _roundup(F32 * bm * bn * sk_ctas), zero_per_launch=False))
-            epoch = True
+            regions.append(Region("flags", "zeroed", 0, flags_bytes(sk_ctas, flags_per_cta)))
+            regions.append(Region("partials", "scratch", 0, _roundup(F32 * bm * bn * sk_ctas)))
         elif variant == "atomic":
             zero_dw = True
         elif variant == "workspace":
             replicas = 1
-            regions.append(Region("replicas", 0, F32 * dw_numel, zero_per_launch=True))
+            reset = True
+            regions.append(Region("replicas", "zeroed", 0, F32 * dw_numel))
         else:
             raise AbiError(f"unknown stream-K reduction {variant!r}")
     else:
         raise AbiError(f"family {family!r} has no workspace layout")
-    total = _roundup(sum(r.nbytes for r in regions)) if regions else 0
-    return WorkspaceLayout(family, variant, tuple(regions), total, zero_dw, epoch, replicas)
+    return WorkspaceLayout(family, variant, tuple(regions), zero_dw, replicas, reset)

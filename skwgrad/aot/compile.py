@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.identity import COMPILER, PINNED_TRITON
-from skwgrad.aot.kernels import flags_per_cta, kernel_for
+from skwgrad.aot.kernels import kernel_for
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
 
@@ -108,7 +108,7 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
             "size": size,
             "tail_pointers": tail,
         },
-        "flags_per_cta": flags_per_cta(spec, target.wave_size),
+        "flags_per_cta": spec.flags_per_cta(target.wave_size),
         "compiler": compiler_identity(),
         "compile_seconds": round(seconds, 3),
         "amd": amd,

@@ -40,11 +40,3 @@ def kernel_for(spec, target):
     fn = _KERNELS[(spec.family, spec.variant)]
     consts = stage2.constexprs(spec) if spec.family == "stage2" else wgrad.constexprs(spec, target)
     return fn, consts
-
-
-def flags_per_cta(spec, wave_size: int) -> int:
-    """Flags each SK CTA of this kernel publishes (0: the kernel uses no flags)."""
-    if spec.family == "wgrad_sk" and spec.variant in ("linear", "tree"):
-        return wgrad.flags_per_cta(spec.num_warps * wave_size)
-    return 0
-

@@ -2,6 +2,11 @@
 
 Serves the two-stage split-K epilogue (one replica per split) and the stream-K workspace
 reduction (one replica). The order is fixed, so two-stage split-K is deterministic.
+
+``reset`` != 0 stores zeros back into the replicas it read: the stream-K workspace replica is
+accumulated with atomics and so must start at zero; resetting it here keeps it zero at rest
+and saves a memset per launch (which also keeps the launch graph-replayable). Two-stage
+split-K replicas are stored whole by every split and need no reset.
 """
 
 import triton
@@ -9,12 +14,14 @@ import triton.language as tl
 
 
 @triton.jit
-def stage2_reduce(ws_ptr, dw, numel, replicas, BLOCK: tl.constexpr):
+def stage2_reduce(ws_ptr, dw, numel, replicas, reset, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for r in range(0, replicas):
         acc += tl.load(ws_ptr + r * numel + offs, mask=mask, other=0.0)
+        if reset != 0:
+            tl.store(ws_ptr + r * numel + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
     tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
 
 

@@ -13,19 +13,22 @@ divisions were a third of its instructions). Masked rows and columns keep small 
 32-bit offsets are enough (``skwgrad.abi.conv`` refuses tensors of 2**31 elements).
 
 Stream-K flag protocol (linear and tree): one flag per (SK CTA, thread), FLAGS_PER_CTA =
-NUM_THREADS (num_warps x wave size, recorded in the code object's metadata).
+NUM_THREADS (num_warps x wave size; ``KernelSpec.flags_per_cta``). Flags are zero at rest:
   publish (contributor c):  every thread stores its part of the f32 partial tile to slot c, then
-      does its own release store ``flags[c][lane] = epoch`` at gpu/agent scope. Each thread thus
+      does its own release store ``flags[c][lane] = 1`` at gpu/agent scope. Each thread thus
       releases exactly the stores it made; nothing rests on a CTA barrier being cumulative
       (on CDNA a workgroup barrier does not wait for other waves' stores to reach L2, so one
       thread's ``buffer_wbl2`` could miss them). CDNA lowers each release to ``buffer_wbl2 sc1``
       + ``s_waitcnt vmcnt(0)`` before the flag store; Hopper to ``fence.acq_rel.gpu`` (one per warp).
   wait (owner, or a tree node folding partner j):  every thread polls one of j's flags for
-      ``== epoch`` with acquire at gpu/agent scope (CDNA: ``buffer_inv sc1`` after the load), and
+      ``== 1`` with acquire at gpu/agent scope (CDNA: ``buffer_inv sc1`` after the load), and
       the CTA waits until all polls succeed (``atomic_poll`` waits for the whole block, and a CTA
       barrier follows). Only then is slot j read, ``.cg`` (from L2, never a stale L1 line).
-  epoch: the launcher passes a new ``sk_epoch`` per launch, so flags need no memset; a flag left
-      by an earlier launch (or poisoned) never equals the current epoch.
+  reset: the consumer then stores 0 back into the flags it polled. Every SK CTA publishes at
+      most once per launch and every publish has exactly one consumer, so a launch that starts
+      with zero flags ends with zero flags: no memset and no host-side epoch per launch, which is
+      what lets a CUDA/HIP graph replay the launch unchanged (the workspace arena zeroes a flag
+      table once, when it is allocated).
 Forward progress: a CTA's only non-owner segment is its first one, and it publishes it before
 it waits on anything; every wait targets a higher-index SK CTA. So the highest-index SK CTA
 never waits, and by induction every CTA finishes, provided the SK CTAs are co-resident (the
@@ -40,11 +43,6 @@ import triton.language as tl
 # A coordinate offset that puts an index outside any image: sums of two of them plus a real
 # coordinate (< 2**21) stay below 2**31, so int32 never wraps and the unsigned check fails.
 OUTSIDE = tl.constexpr(1 << 29)
-
-
-def flags_per_cta(num_threads: int) -> int:
-    """Flags one SK CTA publishes (the protocol above: one per thread)."""
-    return num_threads
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,18 +213,21 @@ def _lane_flags(sk_flags, cta, NUM_THREADS: tl.constexpr):
 
 
 @triton.jit
-def _publish(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr,
+def _publish(sk_flags, sk_partials, cta, acc, BM: tl.constexpr, BN: tl.constexpr,
              NUM_THREADS: tl.constexpr):  # fmt: skip
     tl.store(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), acc)
-    epoch = tl.full([NUM_THREADS], sk_epoch, tl.int32)
-    tl.atomic_store(_lane_flags(sk_flags, cta, NUM_THREADS), epoch, sem="release", scope="gpu")
+    ready = tl.full([NUM_THREADS], 1, tl.int32)
+    tl.atomic_store(_lane_flags(sk_flags, cta, NUM_THREADS), ready, sem="release", scope="gpu")
 
 
 @triton.jit
-def _fold(sk_flags, sk_partials, cta, acc, sk_epoch, BM: tl.constexpr, BN: tl.constexpr,
+def _fold(sk_flags, sk_partials, cta, acc, BM: tl.constexpr, BN: tl.constexpr,
           NUM_THREADS: tl.constexpr):  # fmt: skip
-    tl.atomic_poll(_lane_flags(sk_flags, cta, NUM_THREADS), sk_epoch, sem="acquire", scope="gpu")
+    flags = _lane_flags(sk_flags, cta, NUM_THREADS)
+    tl.atomic_poll(flags, 1, sem="acquire", scope="gpu")
     tl.debug_barrier()
+    # Each thread resets the flag it polled: nobody else reads it in this launch (zero at rest).
+    tl.store(flags, tl.zeros([NUM_THREADS], tl.int32))
     return acc + tl.load(sk_partials + cta * (BM * BN) + _slot_offsets(BM, BN), cache_modifier=".cg")
 
 
@@ -307,7 +308,7 @@ def wgrad_streamk(
     _streamk_body(
         dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-        ws_ptr, dw, dw, 0,
+        ws_ptr, dw, dw,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
         BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE,
     )  # fmt: skip
@@ -321,7 +322,6 @@ def wgrad_streamk_fixup(
     ws_ptr, ws_bytes, ks_iters, ks_count,
     sk_flags, sk_partials,
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-    sk_epoch,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
     MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
@@ -330,7 +330,7 @@ def wgrad_streamk_fixup(
     _streamk_body(
         dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-        ws_ptr, sk_flags, sk_partials, sk_epoch,
+        ws_ptr, sk_flags, sk_partials,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
         BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE,
     )  # fmt: skip
@@ -340,7 +340,7 @@ def wgrad_streamk_fixup(
 def _streamk_body(
     dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
     stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-    ws_ptr, sk_flags, sk_partials, sk_epoch,
+    ws_ptr, sk_flags, sk_partials,
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
@@ -393,10 +393,10 @@ def _streamk_body(
                 if is_owner:
                     last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
                     for peer in range(sk_cta + 1, last + 1):
-                        acc = _fold(sk_flags, sk_partials, peer, acc, sk_epoch, BM, BN, NUM_THREADS)
+                        acc = _fold(sk_flags, sk_partials, peer, acc, BM, BN, NUM_THREADS)
                     _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
                 else:
-                    _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN, NUM_THREADS)
+                    _publish(sk_flags, sk_partials, sk_cta, acc, BM, BN, NUM_THREADS)
             elif VARIANT == "tree":
                 owner = _sk_cta_of(tile_start, sk_begin, sk_iters_per_cta, sk_extra_iters)
                 last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
@@ -408,10 +408,10 @@ def _streamk_body(
                     if active:
                         if local % (2 * stride) == 0:
                             if local + stride < count:
-                                acc = _fold(sk_flags, sk_partials, sk_cta + stride, acc, sk_epoch, BM, BN, NUM_THREADS)
+                                acc = _fold(sk_flags, sk_partials, sk_cta + stride, acc, BM, BN, NUM_THREADS)
                         else:
                             # local % (2 * stride) == stride: hand the running sum up and leave.
-                            _publish(sk_flags, sk_partials, sk_cta, acc, sk_epoch, BM, BN, NUM_THREADS)
+                            _publish(sk_flags, sk_partials, sk_cta, acc, BM, BN, NUM_THREADS)
                             active = False
                 if is_owner:
                     _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
