@@ -230,23 +230,27 @@ def max_contributors(p: ConvProblem, pool: int, tile=TILE) -> int:
     return max((len(part.contributors(tile_)) + 1 for tile_ in range(part.dp_tiles, part.num_tiles)), default=0)
 
 
-def run_checked(backend, plan, inputs, ref, *, poison_flags=True):
+def run_checked(backend, plan, inputs, ref):
+    """dW and the scratch workspace poisoned (NaN), one launch, the result vs the float64
+    reference, and the zeroed arena (flags, stream-K workspace replica) left zero by the kernels."""
     from skwgrad.reference import relative_error, tolerance
 
     p = plan.problem
     inputs.poison_dw(0xFF)
-    plan.poison(byte=0xFF, flags=poison_flags)
+    plan.poison(byte=0xFF)
     plan.launch(inputs.dy, inputs.x, inputs.dw, 0)
     out = inputs.read_dw()
     err = relative_error(out, ref)
     tol = tolerance(p.dtype, p.dw_dtype, plan.spec.precision)
     assert err <= tol, f"{plan!r}: relative error {err:.3e} > {tol:.1e}"
+    left = plan.zeroed_bytes_nonzero()
+    assert left == 0, f"{plan!r}: {left} bytes of the zeroed arena left non-zero (flags/replica not reset)"
     return out
 
 
 @pytest.fixture(scope="session")
 def problem_inputs(backend):
-    from skwgrad.launcher.arrays import DeviceInputs
+    from skwgrad.launcher.hostdata import DeviceInputs
     from skwgrad.reference import wgrad_reference
 
     made = {}
@@ -321,7 +325,7 @@ def test_linear_and_tree_are_bit_identical_over_repeated_launches(backend, kerne
     plan = Plan(p, kernels[_k("wgrad_sk", reduction, mode=mode)], backend, pool=pool)
     outs = set()
     for i in range(25):
-        run_checked(backend, plan, inputs, ref, poison_flags=False)  # dW and partials NaN; flags carry epochs
+        run_checked(backend, plan, inputs, ref)  # dW and partials NaN; the flags carry the hand-off
         outs.add(inputs.read_dw_raw())
     assert len(outs) == 1, f"{len(outs)} different results over 25 launches of {plan!r}"
 
@@ -450,7 +454,7 @@ def test_cupy_and_cuda_array_interface_inputs(backend, kset):
     import torch
 
     import skwgrad
-    from skwgrad.launcher.arrays import DeviceArray
+    from skwgrad.launcher.hostdata import DeviceArray
     from skwgrad.reference import relative_error, tolerance
 
     p, x, dy = _torch_case(SHAPES["dense"], dtype="fp16")

@@ -17,8 +17,9 @@ import test_launcher_fakes as F  # noqa: E402
 
 import skwgrad  # noqa: E402
 from skwgrad.abi.conv import ConvProblem  # noqa: E402
-from skwgrad.errors import AbiError, ProblemError  # noqa: E402
-from skwgrad.launcher import api, arrays  # noqa: E402
+from skwgrad.errors import AbiError, LayoutError, ProblemError  # noqa: E402
+from skwgrad.launcher import api, hostdata, interop  # noqa: E402
+from skwgrad.launcher import layout as L  # noqa: E402
 from skwgrad.launcher.select import NoKernelError  # noqa: E402
 
 
@@ -142,8 +143,11 @@ def test_out_in_either_weight_shape(fake):
     oihw = np.full((8, 3, 3, 4), np.nan, dtype=np.float32).transpose(0, 3, 1, 2)
     skwgrad.wgrad(xn, dyn, filter_size=3, padding=1, cache=cache, out=oihw)
     np.testing.assert_allclose(oihw, ref.numpy(), rtol=1e-4, atol=1e-4)
+    plain = np.full((8, 4, 3, 3), np.nan, dtype=np.float32)  # PyTorch's shape, contiguous: copied in
+    assert skwgrad.wgrad(xn, dyn, filter_size=3, padding=1, cache=cache, out=plain) is plain
+    np.testing.assert_allclose(plain, ref.numpy(), rtol=1e-4, atol=1e-4)
     with pytest.raises(ProblemError, match="out"):
-        skwgrad.wgrad(xn, dyn, filter_size=3, padding=1, cache=cache, out=np.zeros((8, 4, 3, 3), np.float32))
+        skwgrad.wgrad(xn, dyn, filter_size=3, padding=1, cache=cache, out=np.zeros((8, 4, 9), np.float32))
     with pytest.raises(ProblemError, match="dtype"):
         skwgrad.wgrad(xn, dyn, filter_size=3, padding=1, cache=cache, out=np.zeros((8, 3, 3, 4), np.float16), dw_dtype="fp32")
 
@@ -157,10 +161,6 @@ def test_bad_inputs_are_refused_clearly(fake):
         skwgrad.wgrad(x.double(), dy.double(), **kw)
     with pytest.raises(ProblemError, match="same dtype"):
         skwgrad.wgrad(x, dy.half(), **kw)
-    with pytest.raises(ProblemError, match=r"channels_last"):
-        skwgrad.wgrad(x.contiguous(), dy.contiguous(), **kw)  # NCHW-contiguous: refused, with the fix
-    with pytest.raises(ProblemError, match="neither channels-last"):
-        skwgrad.wgrad(x[:, :, ::2], dy, **kw)  # a strided view
     with pytest.raises(ProblemError, match=r"dy's spatial size is \(6, 6\).*gives \(4, 4\)"):
         skwgrad.wgrad(x, dy, filter_size=3, padding=0, cache=cache)
     with pytest.raises(ProblemError, match="batch"):
@@ -184,8 +184,8 @@ def test_kernels_of_another_arch_are_never_used(fake, monkeypatch):
     amd = F.full_cache(arch="gfx942", dtype="fp32", dims=(2,), vecs=((1, 1),))
     x = np.zeros((1, 6, 6, 4), np.float32)
     dy = np.zeros((1, 6, 6, 4), np.float32)
-    with pytest.raises(NoKernelError, match=r"(?s)on sm_90.*compile-all --preset \w+ --arch sm_90"):
-        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=amd)
+    with pytest.raises(NoKernelError, match=r'(?s)on sm_90.*compile-all --arch sm_90 --problem "n=1,c=4,k=4,h=6,w=6'):
+        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=amd, layout="nhwc")
 
     # A cache that (wrongly) hands back a gfx942 entry for sm_90 is still refused at plan build.
     class Liar(F.FakeCache):
@@ -195,7 +195,7 @@ def test_kernels_of_another_arch_are_never_used(fake, monkeypatch):
     liar = Liar()
     liar._blobs = amd._blobs
     with pytest.raises(ProblemError, match="built for gfx942"):
-        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=liar, streamk="off")
+        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=liar, streamk="off", layout="nhwc")
 
 
 class CAI:
@@ -212,7 +212,7 @@ def test_cuda_array_interface_inputs_and_device_result(fake):
     x = CAI(xp, p.x_shape[:-2] + (4,))
     dy = CAI(dyp, p.dy_shape[:-2] + (8,))
     dw = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
-    assert isinstance(dw, arrays.DeviceArray) and dw.shape == (8, 4, 3, 3)
+    assert isinstance(dw, hostdata.DeviceArray) and dw.shape == (8, 4, 3, 3)
     cai = dw.__cuda_array_interface__
     assert cai["typestr"] == "<f4" and cai["strides"] == (4 * 36, 4, 4 * 12, 4 * 4)
     np.testing.assert_allclose(dw.to_numpy(), ref.reshape(8, 3, 3, 4).transpose(0, 3, 1, 2), rtol=1e-5, atol=1e-5)
@@ -226,24 +226,24 @@ def test_arrays_on_different_devices_are_refused(fake, monkeypatch):
     monkeypatch.setattr(be, "pointer_device", lambda ptr: 1 if ptr == dyp else 0)
     with pytest.raises(ProblemError, match="dy is on device 1"):
         skwgrad.wgrad(CAI(xp, (1, 5, 5, 4)), CAI(dyp, (1, 3, 3, 4)), filter_size=3, cache=cache)
-    va = arrays.ArrayView(None, "torch", 16, (1,), (1,), "fp32", 0, "cuda")
-    vb = arrays.ArrayView(None, "cupy", 32, (1,), (1,), "fp32", 1, "cuda")
+    va = interop.ArrayView(None, "torch", 16, (1,), (1,), "fp32", 0, "cuda")
+    vb = interop.ArrayView(None, "cupy", 32, (1,), (1,), "fp32", 1, "cuda")
     with pytest.raises(ProblemError, match="different devices"):
-        arrays.device_of([va, vb])
-    vc = arrays.ArrayView(None, "dlpack", 32, (1,), (1,), "fp32", 0, "hip")
+        interop.device_of([va, vb])
+    vc = interop.ArrayView(None, "dlpack", 32, (1,), (1,), "fp32", 0, "hip")
     with pytest.raises(ProblemError, match="different runtimes"):
-        arrays.device_of([va, vc])
+        interop.device_of([va, vc])
 
 
 def _capsule(data_ptr, shape, strides, code, bits, device_type, device_id):
-    t = arrays._DLManagedTensor()
+    t = interop._DLManagedTensor()
     n = len(shape)
     t._shape = (ctypes.c_int64 * n)(*shape)
     t._strides = (ctypes.c_int64 * n)(*strides)
     t.dl_tensor.data = data_ptr
-    t.dl_tensor.device = arrays._DLDevice(device_type, device_id)
+    t.dl_tensor.device = interop._DLDevice(device_type, device_id)
     t.dl_tensor.ndim = n
-    t.dl_tensor.dtype = arrays._DLDataType(code, bits, 1)
+    t.dl_tensor.dtype = interop._DLDataType(code, bits, 1)
     t.dl_tensor.shape = ctypes.cast(t._shape, ctypes.POINTER(ctypes.c_int64))
     t.dl_tensor.strides = ctypes.cast(t._strides, ctypes.POINTER(ctypes.c_int64))
     new = ctypes.pythonapi.PyCapsule_New
@@ -264,57 +264,127 @@ class DL:
 
 
 def test_dlpack_views_decode_pointer_shape_strides_dtype_and_device():
-    v = arrays.view(DL(0x10000, (2, 3, 4, 5), (60, 1, 15, 3), 4, 16, 2, 1), "x")
+    v = interop.view(DL(0x10000, (2, 3, 4, 5), (60, 1, 15, 3), 4, 16, 2, 1), "x")
     assert (v.kind, v.ptr, v.shape, v.strides, v.dtype, v.device, v.backend_kind) == (
         "dlpack", 0x10000, (2, 3, 4, 5), (60, 1, 15, 3), "bf16", 1, "cuda")  # fmt: skip
-    assert "nchw" in arrays.conventions(v, 2, "x")
-    v = arrays.view(DL(0x20000, (2, 4), (4, 1), 2, 32, 10, 0), "x")
+    assert L.is_packed(v, "nchw")
+    v = interop.view(DL(0x20000, (2, 4), (4, 1), 2, 32, 10, 0), "x")
     assert (v.dtype, v.backend_kind) == ("fp32", "hip")
     with pytest.raises(ProblemError, match="not CUDA or ROCm device memory"):
-        arrays.view(DL(0x20000, (2, 4), (4, 1), 2, 32, 1, 0), "x")
+        interop.view(DL(0x20000, (2, 4), (4, 1), 2, 32, 1, 0), "x")
     with pytest.raises(ProblemError, match="DLPack dtype"):
-        arrays.view(DL(0x20000, (2, 4), (4, 1), 0, 32, 2, 0), "x")
+        interop.view(DL(0x20000, (2, 4), (4, 1), 0, 32, 2, 0), "x")
 
 
 def test_layout_rule_and_ambiguity():
-    def v(shape, strides):
-        return arrays.ArrayView(None, "cai", 16, shape, strides, "fp32", 0)
+    def v(shape, strides, kind="cai"):
+        return interop.ArrayView(None, kind, 16, shape, strides, "fp32", 0)
 
-    assert set(arrays.conventions(v((2, 3, 4, 5), (60, 1, 15, 3)), 2, "x")) == {"nchw"}
-    assert set(arrays.conventions(v((2, 4, 5, 3), (60, 15, 3, 1)), 2, "x")) == {"nhwc"}
-    both = arrays.conventions(v((2, 1, 4, 5), (20, 20, 5, 1)), 2, "x")  # C = 1: both readings
-    assert both == {"nchw": (2, 1, (4, 5)), "nhwc": (2, 5, (1, 4))}
     # geometry decides: a 3x3 filter without padding only fits the NCHW reading of these shapes
     x = v((2, 1, 4, 5), (20, 20, 5, 1))
     dy = v((2, 1, 2, 3), (6, 6, 3, 1))
-    assert set(arrays.conventions(dy, 2, "dy")) == {"nchw", "nhwc"}
-    p, conv = arrays.problem_from_arrays(x, dy, filter_size=3)
-    assert conv == "nchw" and (p.c, p.k, p.hi, p.wi) == (1, 1, 4, 5)
-    # 1x1 filter: both readings fit and differ -> ask for layout=
+    r = L.read(x, dy, filter_size=3)
+    assert r.layout == "nchw" and (r.problem.c, r.problem.k, r.problem.hi, r.problem.wi) == (1, 1, 4, 5)
+    # 1x1 filter: both readings fit and differ -> refused before any device work, naming layout=
     amb = v((2, 3, 1, 1), (3, 1, 3, 3))
-    with pytest.raises(ProblemError, match="layout="):
-        arrays.problem_from_arrays(amb, amb, filter_size=1)
-    p, conv = arrays.problem_from_arrays(amb, amb, filter_size=1, layout="nhwc")
-    assert conv == "nhwc" and (p.c, p.hi, p.wi) == (1, 3, 1)
-    p, conv = arrays.problem_from_arrays(amb, amb, filter_size=1, layout="nchw")
-    assert conv == "nchw" and (p.c, p.hi, p.wi) == (3, 1, 1)
+    with pytest.raises(LayoutError, match="layout='nchw'.*layout='nhwc'"):
+        L.read(amb, amb, filter_size=1)
+    r = L.read(amb, amb, filter_size=1, layout="nhwc")
+    assert r.layout == "nhwc" and (r.problem.c, r.problem.hi, r.problem.wi) == (1, 3, 1)
+    r = L.read(amb, amb, filter_size=1, layout="nchw")
+    assert r.layout == "nchw" and (r.problem.c, r.problem.hi, r.problem.wi) == (3, 1, 1)
+    # The bug this rule exists for: an NCHW-contiguous (32, 64, 56, 56) pair with C == K fits as
+    # NHWC too (H=64, W=56, C=56). A shape-convention-free array is refused; a torch tensor is
+    # read as PyTorch reads it.
+    xs, dys = (4, 16, 14, 14), (4, 16, 14, 14)
+    st = interop.contiguous_strides(xs)
+    with pytest.raises(LayoutError, match="layout="):
+        L.read(v(xs, st), v(dys, st), filter_size=3, padding=1)
+    r = L.read(v(xs, st, "torch"), v(dys, st, "torch"), filter_size=3, padding=1)
+    assert r.layout == "nchw" and (r.problem.c, r.problem.hi) == (16, 14) and not r.x_packed  # converted, not reread
+    r = L.read(v(xs, st), v(dys, st), filter_size=3, padding=1, layout="nchw")
+    assert not r.x_packed and not r.dy_packed
+
+
+def test_torch_tensors_in_any_memory_format_are_read_as_pytorch_does(fake):
+    be, cache = fake
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn((2, 8, 6, 6), generator=g)
+    dy = torch.randn((2, 8, 6, 6), generator=g)  # C == K and square: the NHWC reading fits too
+    ref = torch_wgrad(x, dy, (8, 8, 3, 3), 1, 1, 1, 1)
+    for name, (xx, dd) in {
+        "nchw-contiguous": (x, dy),
+        "channels_last": (x.contiguous(memory_format=torch.channels_last), dy.contiguous(memory_format=torch.channels_last)),
+        "strided view": (torch.stack([x, x], -1)[..., 0], dy),
+        "permuted memory": (x.transpose(2, 3).contiguous().transpose(2, 3), dy.transpose(1, 3).contiguous().transpose(1, 3)),
+    }.items():
+        got = skwgrad.wgrad(xx, dd, filter_size=3, padding=1, cache=cache)
+        assert tuple(got.shape) == (8, 8, 3, 3), name
+        err = (got.double() - ref).norm() / ref.norm()
+        assert err < 1e-5, (name, float(err))
+    # the same memory as numpy arrays is ambiguous: refused, asking for layout=
+    with pytest.raises(LayoutError, match="layout="):
+        skwgrad.wgrad(x.numpy(), dy.numpy(), filter_size=3, padding=1, cache=cache)
+    got = skwgrad.wgrad(x.numpy(), dy.numpy(), filter_size=3, padding=1, cache=cache, layout="nchw")
+    assert np.linalg.norm(got - ref.numpy()) / np.linalg.norm(ref.numpy()) < 1e-5
+
+
+def test_a_repeated_call_builds_and_resolves_nothing(fake):
+    be, cache = fake
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 6, 6, 4)).astype(np.float32)
+    dy = rng.standard_normal((2, 6, 6, 8)).astype(np.float32)
+    skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+    built, resolved = api.stats["plans_built"], api.stats["calls_resolved"]
+    for _ in range(5):
+        out = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+    assert (api.stats["plans_built"], api.stats["calls_resolved"]) == (built, resolved)
+    assert out.shape == (8, 4, 3, 3)
+    skwgrad.wgrad(x[:1], dy[:1], filter_size=3, padding=1, cache=cache)  # a new shape resolves once
+    assert api.stats["calls_resolved"] == resolved + 1
+
+
+def test_bad_options_are_refused_before_any_device_work(monkeypatch):
+    def no_device(*a, **k):
+        raise AssertionError("a device was asked for before the arguments were checked")
+
+    monkeypatch.setattr(api, "get_backend", no_device)
+    x = np.zeros((2, 6, 6, 4), np.float32) + 1
+    for kw, msg in [
+        (dict(streamk="bogus"), "streamk='bogus'"),
+        (dict(precision="fp64"), "precision='fp64'"),
+        (dict(tile=(0, 0, 0)), "tile BM"),
+        (dict(ks_count=-1), "ks_count"),
+        (dict(dw_dtype="fp64"), "dw_dtype='fp64'"),
+        (dict(streamk="dp_sk", reduction="two_stage"), "split-K epilogue"),
+        (dict(deterministic=True, reduction="atomic"), "not deterministic"),
+        (dict(layout="nwhc"), "layout="),
+    ]:
+        with pytest.raises(ProblemError, match=msg):
+            skwgrad.wgrad(x, x, filter_size=3, padding=1, **{"layout": "nhwc", **kw})
+    with pytest.raises(ProblemError, match="filter_size"):
+        skwgrad.wgrad(x, x, filter_size=None, padding=1)
+    with pytest.raises(ProblemError, match="read-only"):
+        out = np.zeros((4, 4, 3, 3), np.float32)
+        out.flags.writeable = False
+        skwgrad.wgrad(x, x, filter_size=3, padding=1, out=out, layout="nhwc")
 
 
 def test_plans_are_cached_and_reused(fake):
     be, cache = fake
     x = np.random.default_rng(0).standard_normal((2, 6, 6, 4)).astype(np.float32)
     dy = np.random.default_rng(1).standard_normal((2, 6, 6, 4)).astype(np.float32)
-    skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+    skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache, layout="nhwc")
     loads, n = be.modules_loaded, len(api._plans)
-    skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+    skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache, layout="nhwc")
     assert be.modules_loaded == loads and len(api._plans) == n == 1
     pl = skwgrad.plan("n=2,c=4,k=4,h=6,w=6,y=3,x=3,padding=1,dtype=fp32", cache=cache)
     assert pl is next(iter(api._plans.values()))
-    out = pl(x, dy)
+    out = pl(x, dy, layout="nhwc")
     assert out.shape == (4, 4, 3, 3)
     with pytest.raises(ProblemError, match="this plan is for"):
-        pl(x[:1], dy[:1])
-    assert be.live_bytes() == sum(p.nbytes for p in be.pools.values())  # numpy temporaries freed
+        pl(x[:1], dy[:1], layout="nhwc")
+    assert be.live_bytes() == sum(a.nbytes for pair in be.arenas.values() for a in pair)  # numpy temporaries freed
 
 
 def test_plan_api_forces_modes(fake):
@@ -335,11 +405,11 @@ def test_lazy_exports():
 def test_bf16_bit_helpers_match_torch():
     vals = np.random.default_rng(3).standard_normal(10000) * np.exp(np.random.default_rng(4).uniform(-20, 20, 10000))
     vals = np.concatenate([vals, [0.0, -0.0, np.inf, -np.inf, 1.0 + 2**-8, 1.0 + 3 * 2**-8]])
-    ours = arrays.to_bits(vals, "bf16")
+    ours = hostdata.to_bits(vals, "bf16")
     theirs = torch.from_numpy(vals.astype(np.float32)).bfloat16().view(torch.int16).numpy().view(np.uint16)
     np.testing.assert_array_equal(ours, theirs)
-    np.testing.assert_array_equal(arrays.from_bits(ours, "bf16"), torch.from_numpy(theirs.view(np.int16)).view(torch.bfloat16).double().numpy())
-    assert np.isnan(arrays.from_bits(arrays.to_bits(np.array([np.nan]), "bf16"), "bf16")[0])
+    np.testing.assert_array_equal(hostdata.from_bits(ours, "bf16"), torch.from_numpy(theirs.view(np.int16)).view(torch.bfloat16).double().numpy())
+    assert np.isnan(hostdata.from_bits(hostdata.to_bits(np.array([np.nan]), "bf16"), "bf16")[0])
 
 
 def test_misaligned_device_pointer_is_refused(fake):

@@ -92,7 +92,7 @@ def test_bench_columns(env, tmp_path):
 def test_no_matching_kernel_prints_the_compile_all_command_and_fails(env):
     r = run("--problem", "n=2,c=16,k=16,d=3,h=6,w=6,z=3,y=3,x=3,padding=1,dtype=fp32", "--verify")
     assert r.exit_code == 1
-    assert "skwgrad compile-all --preset" in r.output and "--arch sm_90 --dtype fp32" in r.output
+    assert "skwgrad compile-all --arch sm_90 --problem" in r.output and "dtype=fp32" in r.output
     assert "--cache /fake/cache" in r.output
 
 

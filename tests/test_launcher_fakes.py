@@ -26,7 +26,7 @@ from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import declaration
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError
-from skwgrad.launcher.arrays import from_bits, to_bits
+from skwgrad.launcher.hostdata import from_bits, to_bits
 from skwgrad.launcher.backends.base import Backend, KernargBuffer
 from skwgrad.reference import wgrad_reference
 
@@ -153,6 +153,8 @@ class FakeBackend(Backend):
         self.modules_loaded = 0
         self.activations = 0
         self.syncs = 0
+        self.capturing: set[int] = set()  # streams being recorded into a graph
+        self.waits: list[tuple[int, int]] = []  # (stream, other) event waits
 
     # -- memory ------------------------------------------------------------------------------
     def _resolve(self, ptr: int, nbytes: int) -> tuple[bytearray, int]:
@@ -179,6 +181,7 @@ class FakeBackend(Backend):
         return np.frombuffer(self.read(ptr, count * st.itemsize), dtype=st).copy()
 
     def alloc(self, nbytes: int) -> int:
+        self._not_while_capturing("alloc")
         nbytes = max(int(nbytes), 1)
         ptr = self._next
         self._next += -(-nbytes // 4096) * 4096 + 4096  # guard page between allocations
@@ -189,6 +192,7 @@ class FakeBackend(Backend):
         return ptr
 
     def free(self, ptr: int) -> None:
+        self._not_while_capturing("free")
         if ptr not in self._mem:
             raise FakeFault(f"free of {ptr:#x}, which is not an allocation")
         del self._mem[ptr]
@@ -266,9 +270,11 @@ class FakeBackend(Backend):
         pass
 
     def stream_synchronize(self, stream):
+        self._not_while_capturing("stream synchronize")
         self.syncs += 1
 
     def synchronize(self):
+        self._not_while_capturing("device synchronize")
         self.syncs += 1
 
     def event_create(self):
@@ -292,6 +298,16 @@ class FakeBackend(Backend):
         except FakeFault:
             return None
         return self.device
+
+    def stream_is_capturing(self, stream):
+        return stream in self.capturing
+
+    def stream_wait_stream(self, stream, other):
+        self.waits.append((stream, other))
+
+    def _not_while_capturing(self, what):
+        if self.capturing:
+            raise FakeFault(f"{what} while a stream is being captured: the capture would be invalidated")
 
 
 def decode(spec: KernelSpec, data: bytes, fn=None) -> dict:
@@ -349,6 +365,8 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
         n, r = a["numel"], a["replicas"]
         ws = be.read_array(a["ws_ptr"], n * r, "fp32").astype(np.float64).reshape(r, n)
         _store(be, a["dw"], ws.sum(axis=0), spec.dw_dtype)
+        if a["reset"]:
+            be.write(a["ws_ptr"], bytes(4 * n * r))
         return
     p = _problem_from_args(a, spec, spec.dtype, spec.dw_dtype)
     if a["ks_count"] <= 0 or a["ks_iters"] <= 0:
@@ -379,22 +397,23 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
         cur = be.read_array(a["dw"], numel, "fp32").astype(np.float64)
         _store(be, a["dw"], cur + full, "fp32")
     elif spec.variant == "workspace":
+        part = a["sk_dp_tiles"] < p.tiling(spec.bm, spec.bn, spec.bk).num_tiles  # some tile is shared: atomics
         cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
-        _store(be, a["ws_ptr"], cur + full, "fp32")
-    else:  # linear / tree: the epoch-flag contract
-        sk_ctas, epoch = a["sk_ctas"], a["sk_epoch"]
+        if part and np.any(cur != 0):
+            raise FakeFault("the stream-K workspace replica is not zero at launch: atomics would fold in stale sums")
+        _store(be, a["ws_ptr"], full, "fp32")
+    else:  # linear / tree: flags are zero at rest; the consumers reset what they polled
+        sk_ctas = a["sk_ctas"]
         fpc = int(fn.handle.get("flags_per_cta") or 0) or None
         if sk_ctas:
-            if epoch <= 0:
-                raise FakeFault(f"sk_epoch {epoch} must be positive")
             nflags = sk_ctas * (fpc or 1)
             flags = np.frombuffer(be.read(a["sk_flags"], 4 * nflags), dtype=np.int32)
-            if np.any(flags == epoch):
-                raise FakeFault(f"a flag already holds the launch's epoch {epoch}: an owner could read a stale partial")
-            if a["sk_partials"] < a["sk_flags"] + 4 * nflags:
+            if np.any(flags != 0):
+                raise FakeFault("a flag is not zero at launch: an owner could read a stale partial")
+            lo, hi = a["sk_partials"], a["sk_partials"] + 4 * sk_ctas * spec.bm * spec.bn
+            if lo < a["sk_flags"] + 4 * nflags and a["sk_flags"] < hi:
                 raise FakeFault("partials overlap the flag table")
-            be.write(a["sk_flags"], np.full(nflags, epoch, dtype=np.int32).tobytes())
-            be.write(a["sk_partials"], np.zeros(sk_ctas * spec.bm * spec.bn, dtype=np.float32).tobytes())
+            be.write(a["sk_partials"], np.full(sk_ctas * spec.bm * spec.bn, np.nan, dtype=np.float32).tobytes())
         _store(be, a["dw"], full, spec.dw_dtype)
 
 
@@ -488,8 +507,9 @@ def test_fake_emulator_matches_reference_for_direct_kernel():
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_fake_emulator_detects_a_stale_epoch():
-    from skwgrad.launcher.plan import Kernel, Plan, WorkspacePool
+def test_fake_emulator_detects_flags_not_zero_at_rest():
+    from skwgrad.launcher.plan import Kernel, Plan
+    from skwgrad.launcher.workspace import arenas
 
     c = FakeCache()
     e = c.add(spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
@@ -499,7 +519,7 @@ def test_fake_emulator_detects_a_stale_epoch():
     assert plan.geometry.partition.sk_ctas == 2
     xp, dyp, dwp, _ = random_device_inputs(be, p)
     plan.launch(dyp, xp, dwp)
-    pool = WorkspacePool.of(be, 0)
-    pool.epoch -= 1  # a broken epoch counter hands out the previous epoch again
-    with pytest.raises(FakeFault, match="stale"):
+    zeroed, _ = arenas(be, 0)
+    be.memset(zeroed.ptr, 0x01, 16)  # something broke the zero-at-rest contract
+    with pytest.raises(FakeFault, match="not zero at launch"):
         plan.launch(dyp, xp, dwp)

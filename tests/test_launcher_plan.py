@@ -1,5 +1,5 @@
-"""Plans through a fake backend: grids, kernarg bytes, epochs, zeroing, Stage-2, workspace pools,
-co-residency, refusals, and what a repeated launch costs. No GPU needed."""
+"""Plans through a fake backend: grids, kernarg bytes, zero-at-rest workspace, Stage-2, arenas,
+graph capture, threads, co-residency, refusals, and what a repeated launch costs. No GPU needed."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from skwgrad.abi.conv import ConvProblem  # noqa: E402
 from skwgrad.abi.kernargs import declaration  # noqa: E402
 from skwgrad.abi.launch import launch_geometry  # noqa: E402
 from skwgrad.errors import AbiError, BackendError, CacheError, ProblemError  # noqa: E402
-from skwgrad.launcher.arrays import from_bits  # noqa: E402
-from skwgrad.launcher.plan import EPOCH_LIMIT, Kernel, Plan, WorkspacePool, build_plan, release_pools  # noqa: E402
+from skwgrad.errors import CaptureError  # noqa: E402
+from skwgrad.launcher.hostdata import from_bits  # noqa: E402
+from skwgrad.launcher.plan import Kernel, Plan, build_plan  # noqa: E402
+from skwgrad.launcher.workspace import arenas, release_arenas  # noqa: E402
 from skwgrad.reference import relative_error, tolerance  # noqa: E402
 
 # K=40 with BM=32: a partial last M tile; C*Y*X = 8*9 = 72 with BN=32: partial last N tile.
@@ -77,23 +79,24 @@ def test_kernarg_bytes_decode_to_the_launch_geometry(family, variant, mode, ks):
     for s_ in slots:
         if s_.arg.name.startswith("_tail"):
             assert struct.unpack_from("<Q", main["bytes"], s_.offset)[0] == 0  # compiler scratch: null
-    ws_pool = WorkspacePool.of(be, 0)
+    zeroed, scratch = arenas(be, 0)
     layout = geo.workspace
+    base = lambda region: (zeroed if layout.region(region).arena == "zeroed" else scratch).ptr  # noqa: E731
     if "ws_ptr" in decl.value_names():
-        assert a["ws_ptr"] == ws_pool.ptr + layout.region("replicas").offset
+        assert a["ws_ptr"] == base("replicas") + layout.region("replicas").offset
     else:
         assert a["ws_ptr"] == 0 and a["ws_bytes"] == 0  # reserved slots stay null
     if "sk_flags" in decl.value_names():
-        assert a["sk_flags"] == ws_pool.ptr + layout.region("flags").offset
-        assert a["sk_partials"] == ws_pool.ptr + layout.region("partials").offset
-        assert a["sk_epoch"] == 1
+        assert a["sk_flags"] == zeroed.ptr + layout.region("flags").offset
+        assert a["sk_partials"] == scratch.ptr + layout.region("partials").offset
     # Stage-2 launched iff the layout needs it, with its own geometry.
     assert len(be.launches) == (2 if layout.needs_stage2 else 1)
     if layout.needs_stage2:
         s2 = be.launches[1]
         assert s2["spec"].family == "stage2"
         assert s2["grid"] == geo.stage2_grid
-        assert s2["args"]["ws_ptr"] == ws_pool.ptr + layout.region("replicas").offset
+        assert s2["args"]["ws_ptr"] == base("replicas") + layout.region("replicas").offset
+        assert s2["args"]["reset"] == int(layout.stage2_reset)
         assert s2["args"]["dw"] == dwp
         assert s2["args"]["numel"] == p.dw_numel
         assert s2["args"]["replicas"] == layout.replicas
@@ -102,38 +105,34 @@ def test_kernarg_bytes_decode_to_the_launch_geometry(family, variant, mode, ks):
 
 
 @pytest.mark.parametrize("family,variant,mode,ks", ALL_VARIANTS)
-def test_only_what_the_layout_says_is_zeroed(family, variant, mode, ks):
+def test_only_dw_of_atomic_is_zeroed_per_launch_and_the_zeroed_arena_stays_zero(family, variant, mode, ks):
     c = F.FakeCache()
     k = kernel(c, F.spec(family, variant, "fp32", mode=mode))
     be = F.FakeBackend(cus=4)
     p = LONG
     plan = Plan(p, k, be, pool=4 if family == "wgrad_sk" else 0, ks_count=ks or 1, stage2=stage2_kernel(c))
     xp, dyp, dwp, ref = F.random_device_inputs(be, p)
-    plan.launch(dyp, xp, dwp)  # first launch: may zero a fresh flag table
-    ws = WorkspacePool.of(be, 0).ptr
+    plan.launch(dyp, xp, dwp)  # first launch: allocates (and zeroes) the arenas it needs
     for i in range(3):
-        be.memsets.clear()
-        plan.poison(dw=dwp)  # NaN everywhere but the flags
+        plan.poison(dw=dwp)  # NaN into dW and the scratch arena
         be.memsets.clear()
         plan.launch(dyp, xp, dwp)
-        expect = [(ws + off, 0, n, 0) for off, n in plan.layout.zero_ranges]
-        if plan.layout.zero_dw:
-            expect.append((dwp, 0, p.dw_numel * 4, 0))
-        assert sorted(be.memsets) == sorted(expect), (i, plan.layout)
+        expect = [(dwp, 0, p.dw_numel * 4, 0)] if plan.layout.zero_dw else []
+        assert be.memsets == expect, (i, plan.layout)
         assert relative_error(dw_values(be, dwp, p), ref) < 1e-5
+        assert plan.zeroed_bytes_nonzero() == 0  # the kernels restored the zeros
     if family == "wgrad" and variant == "direct":
-        assert plan.workspace_bytes == 0 and WorkspacePool.of(be, 0).ptr == 0
-    if variant in ("atomic",):
-        assert plan.layout.zero_dw
+        assert plan.workspace_bytes == 0 and arenas(be, 0)[1].ptr == 0
+    assert plan.layout.zero_dw == (variant == "atomic")
     if variant == "workspace":
-        assert [n for _, n in plan.layout.zero_ranges] == [p.dw_numel * 4]
-    if variant in ("two_stage", "linear", "tree", "direct"):
-        assert not plan.layout.zero_ranges and not plan.layout.zero_dw
+        assert plan.layout.region("replicas").arena == "zeroed" and plan.layout.stage2_reset
+    if variant == "two_stage":
+        assert plan.layout.region("replicas").arena == "scratch" and not plan.layout.stage2_reset
 
 
 @pytest.mark.parametrize("variant", ["linear", "tree"])
 @pytest.mark.parametrize("mode", ["dp_sk", "persistent"])
-def test_epochs_increment_and_flags_are_zeroed_once(variant, mode):
+def test_repeated_launches_are_identical_bytes_and_zero_once(variant, mode):
     c = F.FakeCache()
     k = kernel(c, F.spec("wgrad_sk", variant, "fp32", mode=mode))
     be = F.FakeBackend(cus=4)
@@ -144,97 +143,43 @@ def test_epochs_increment_and_flags_are_zeroed_once(variant, mode):
     assert flag_bytes == -(-4 * 4 * k.metadata["flags_per_cta"] // 256) * 256
     allocs = be.allocs
     be.memsets.clear()
-    epochs = []
     for i in range(25):
         plan.poison(dw=dwp)  # NaN into dW and the partials: the flags must carry the hand-off
         plan.launch(dyp, xp, dwp)
-        epochs.append(be.launches[-1]["args"]["sk_epoch"])
         assert relative_error(dw_values(be, dwp, LONG), ref) < 1e-5
-    assert epochs == list(range(1, 26))
-    ws = WorkspacePool.of(be, 0).ptr
+    assert len({ln["bytes"] for ln in be.launches}) == 1  # what a graph replay needs
+    zeroed, scratch = arenas(be, 0)
     zeroing = [m for m in be.memsets if m[1] == 0]
-    assert zeroing == [(ws, 0, flag_bytes, 0)]  # once, at the first launch, the flag table only
-    assert be.allocs == allocs + 1  # one workspace allocation for all launches
+    assert zeroing == [(zeroed.ptr, 0, zeroed.nbytes, 0)]  # once, when the zeroed arena was allocated
+    assert be.allocs == allocs + 2  # the two arenas, for all launches
 
 
-def test_epoch_wraps_before_2_31_by_rezeroing_the_flags():
-    c = F.FakeCache()
-    k = kernel(c, F.spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
-    be = F.FakeBackend(cus=4)
-    plan = Plan(LONG, k, be, pool=4)
-    xp, dyp, dwp, _ = F.random_device_inputs(be, LONG)
-    plan.launch(dyp, xp, dwp)
-    pool = WorkspacePool.of(be, 0)
-    pool.epoch = EPOCH_LIMIT - 2
-    plan.launch(dyp, xp, dwp)
-    assert be.launches[-1]["args"]["sk_epoch"] == EPOCH_LIMIT - 1 == 2**31 - 2
-    be.memsets.clear()
-    plan.launch(dyp, xp, dwp)
-    assert be.launches[-1]["args"]["sk_epoch"] == 1
-    assert (pool.ptr, 0, plan.layout.region("flags").nbytes, 0) in be.memsets
-
-
-def test_plans_sharing_a_pool_keep_the_flag_contract():
-    """Flags of one plan overlap partials/replicas of another: every launch must still see a
-    flag table with no stale epoch (the emulator faults otherwise)."""
+def test_plans_sharing_arenas_keep_the_zero_at_rest_contract():
+    """Flags of one plan share the zeroed arena with another plan's replica, and partials share
+    the scratch arena with two-stage replicas: every launch still starts from zeros (the emulator
+    faults otherwise)."""
     c = F.FakeCache()
     big = kernel(c, F.spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
     small = kernel(c, F.spec("wgrad_sk", "tree", "fp32", mode="persistent"))
     wsk = kernel(c, F.spec("wgrad_sk", "workspace", "fp32", mode="dp_sk"))
+    two = kernel(c, F.spec("wgrad", "two_stage", "fp32"))
     s2 = stage2_kernel(c)
     be = F.FakeBackend(cus=16, max_active=4)
     p_big = Plan(LONG, big, be, pool=11)
     p_small = Plan(LONG, small, be, pool=4)
     p_ws = Plan(LONG, wsk, be, pool=5, stage2=s2)
-    assert p_big.layout.region("flags").nbytes > p_small.layout.region("flags").nbytes
+    p_two = Plan(LONG, two, be, ks_count=3, stage2=s2)
     assert all(pl.geometry.partition.sk_ctas for pl in (p_big, p_small, p_ws))
     xp, dyp, dwp, ref = F.random_device_inputs(be, LONG)
-    order = [p_big, p_small, p_big, p_ws, p_small, p_big, p_ws, p_big, p_small, p_small, p_ws, p_ws, p_big]
+    order = [p_big, p_small, p_two, p_big, p_ws, p_small, p_big, p_ws, p_two, p_big, p_small, p_small, p_ws, p_ws, p_big]
     for pl in order:
         pl.poison(dw=dwp)
         pl.launch(dyp, xp, dwp)
         assert relative_error(dw_values(be, dwp, LONG), ref) < 1e-5, pl
+        assert pl.zeroed_bytes_nonzero() == 0
 
 
-def test_the_flag_contract_check_can_fail():
-    """Negative control: data that looks like the next epoch left in a flag table the pool
-    believes clean is caught by the emulator."""
-    c = F.FakeCache()
-    k = kernel(c, F.spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
-    be = F.FakeBackend(cus=4)
-    plan = Plan(LONG, k, be, pool=4)
-    xp, dyp, dwp, _ = F.random_device_inputs(be, LONG)
-    plan.launch(dyp, xp, dwp)
-    pool = WorkspacePool.of(be, 0)
-    nxt = np.full(pool.nbytes // 4, pool.epoch + 1, dtype=np.int32)
-    be.write(pool.ptr, nxt.tobytes())  # behind the pool's back
-    with pytest.raises(F.FakeFault, match="stale"):
-        plan.launch(dyp, xp, dwp)
-    # The same bytes written by another plan's replicas are re-zeroed: no fault.
-    wsk = kernel(c, F.spec("wgrad_sk", "workspace", "fp32", mode="dp_sk"))
-    p_ws = Plan(LONG, wsk, be, pool=4, stage2=stage2_kernel(c))
-    p_ws.launch(dyp, xp, dwp)
-    be.write(pool.ptr, np.full(pool.nbytes // 4, pool.epoch + 1, dtype=np.int32).tobytes())
-    pool.flags_clean = 0  # what p_ws.launch recorded; the write stands in for its replicas
-    plan.launch(dyp, xp, dwp)
-
-
-def test_poisoning_the_flags_forces_a_rezero():
-    c = F.FakeCache()
-    k = kernel(c, F.spec("wgrad_sk", "tree", "fp32", mode="dp_sk"))
-    be = F.FakeBackend(cus=4)
-    plan = Plan(LONG, k, be, pool=4)
-    xp, dyp, dwp, ref = F.random_device_inputs(be, LONG)
-    plan.launch(dyp, xp, dwp)
-    plan.poison(dw=dwp, byte=0x00, flags=True)  # zero bytes: flags 0 < epoch; still must re-zero cleanly
-    be.memsets.clear()
-    plan.launch(dyp, xp, dwp)
-    pool = WorkspacePool.of(be, 0)
-    assert (pool.ptr, 0, plan.layout.region("flags").nbytes, 0) in be.memsets
-    assert relative_error(dw_values(be, dwp, LONG), ref) < 1e-5
-
-
-def test_workspace_pool_grows_and_plans_repatch():
+def test_arenas_grow_retire_and_plans_repatch():
     c = F.FakeCache()
     small = kernel(c, F.spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
     big = kernel(c, F.spec("wgrad", "two_stage", "fp32"))
@@ -246,24 +191,25 @@ def test_workspace_pool_grows_and_plans_repatch():
     xp, dyp, dwp, ref = F.random_device_inputs(be, LONG)
     x2, dy2, dw2, ref2 = F.random_device_inputs(be, huge)
     p1.launch(dyp, xp, dwp)
-    first = WorkspacePool.of(be, 0).ptr
+    _, scratch = arenas(be, 0)
+    first = scratch.ptr
     syncs = be.syncs
     p2.launch(dy2, x2, dw2)
-    second = WorkspacePool.of(be, 0).ptr
-    assert second != first and be.syncs == syncs + 1  # synchronised before freeing the old buffer
-    assert ("free", first) in be.calls
+    second = scratch.ptr
+    assert second != first and scratch.retired == [first]  # retired, not freed: a graph may still use it
+    assert ("free", first) not in be.calls and be.syncs == syncs  # growing never waits for the device
     p1.launch(dyp, xp, dwp)
-    assert be.launches[-1]["args"]["sk_flags"] == second
+    assert be.launches[-1]["args"]["sk_partials"] == second
     assert relative_error(dw_values(be, dwp, LONG), ref) < 1e-5
     assert relative_error(dw_values(be, dw2, huge), ref2) < 1e-5
-    release_pools(be)
-    assert ("free", second) in be.calls
-    p1.launch(dyp, xp, dwp)  # a released pool is not reused behind the registry's back
-    assert WorkspacePool.of(be, 0).ptr == be.launches[-1]["args"]["sk_flags"] != 0
+    release_arenas(be)
+    assert ("free", first) in be.calls and ("free", second) in be.calls
+    p1.launch(dyp, xp, dwp)  # released arenas are not reused behind the registry's back
+    assert arenas(be, 0)[1].ptr == be.launches[-1]["args"]["sk_partials"] != 0
     assert relative_error(dw_values(be, dwp, LONG), ref) < 1e-5
 
 
-def test_pools_are_per_stream():
+def test_arenas_are_per_stream():
     c = F.FakeCache()
     k = kernel(c, F.spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
     be = F.FakeBackend(cus=4)
@@ -272,10 +218,64 @@ def test_pools_are_per_stream():
     plan.launch(dyp, xp, dwp, stream=0)
     plan.launch(dyp, xp, dwp, stream=7)
     plan.launch(dyp, xp, dwp, stream=7)
-    a, b = WorkspacePool.of(be, 0), WorkspacePool.of(be, 7)
-    assert a.ptr != b.ptr and (a.epoch, b.epoch) == (1, 2)
+    a, b = arenas(be, 0)[0], arenas(be, 7)[0]
+    assert a.ptr != b.ptr
     assert [ln["stream"] for ln in be.launches] == [0, 7, 7]
     assert be.launches[1]["args"]["sk_flags"] == b.ptr
+
+
+@pytest.mark.parametrize("family,variant,mode,ks", ALL_VARIANTS)
+def test_capture_never_allocates_or_synchronizes(family, variant, mode, ks):
+    """While the stream is being captured the fake faults on alloc/free/sync: a warmed-up stream
+    captures every reduction; a cold one is refused with CaptureError (no torch capture here)."""
+    c = F.FakeCache()
+    k = kernel(c, F.spec(family, variant, "fp32", mode=mode))
+    be = F.FakeBackend(cus=4)
+    plan = Plan(LONG, k, be, pool=4 if family == "wgrad_sk" else 0, ks_count=ks or 1, stage2=stage2_kernel(c))
+    xp, dyp, dwp, ref = F.random_device_inputs(be, LONG)
+    if plan.workspace_bytes:
+        be.capturing.add(5)
+        with pytest.raises(CaptureError, match="before capturing"):
+            plan.launch(dyp, xp, dwp, stream=5)
+        be.capturing.clear()
+    plan.launch(dyp, xp, dwp, stream=5)  # warm-up on the stream: its arenas now hold enough
+    be.capturing.add(5)
+    n = len(be.launches)
+    for _ in range(3):
+        plan.poison(dw=dwp, stream=5)
+        plan.launch(dyp, xp, dwp, stream=5)
+        assert relative_error(dw_values(be, dwp, LONG), ref) < 1e-5
+    assert len({ln["bytes"] for ln in be.launches[n:]}) <= 2  # main (+ Stage-2): replayable bytes
+    be.capturing.clear()
+
+
+def test_threads_share_one_plan_safely():
+    import threading
+
+    c = F.FakeCache()
+    k = kernel(c, F.spec("wgrad_sk", "linear", "fp32", mode="dp_sk"))
+    be = F.FakeBackend(cus=4)
+    plan = Plan(LONG, k, be, pool=4)
+    bufs = [F.random_device_inputs(be, LONG, seed=i) for i in range(8)]
+    errors = []
+
+    def work(i):
+        xp, dyp, dwp, ref = bufs[i]
+        try:
+            for _ in range(5):
+                plan.launch(dyp, xp, dwp, stream=100 + i)
+                if relative_error(dw_values(be, dwp, LONG), ref) >= 1e-5:
+                    errors.append(i)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert plan.launches == 40
 
 
 def test_linear_and_tree_refuse_a_pool_that_cannot_be_co_resident():

@@ -1,9 +1,14 @@
-"""The Python API: ``skwgrad.wgrad(x, dy, ...)`` and ``skwgrad.plan(...)``.
+"""The Python API: ``skwgrad.wgrad(x, dy, ...)``, ``skwgrad.plan(...)`` and ``tune(...)``.
 
-Layout rules for the arrays are in ``skwgrad.launcher.arrays`` (PyTorch-shaped tensors in
-channels-last memory, or contiguous channels-last-shaped arrays; the result is PyTorch's
-weight-gradient shape in channels-last memory). Plans are cached per (device, problem, cache,
-options), so calling ``wgrad`` again on the same shapes costs one plan lookup and a launch.
+How arrays are read is ``skwgrad.launcher.layout`` (torch tensors by PyTorch's convention, in any
+memory format; other arrays by whichever reading fits, ``layout=`` when both do). Options are one
+``LaunchOptions``, validated before any device work.
+
+The per-call fast path: a call is keyed on what the arrays already expose (type, shape, strides,
+dtype, device) plus the options; the first call with a key reads the arrays, chooses a kernel and
+builds the plan; every later call with that key only reads pointers and the stream, allocates dW
+through the caller's allocator and launches. Plans and calls are shared between threads (a plan
+serialises its own launches).
 """
 
 from __future__ import annotations
@@ -11,19 +16,26 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from pathlib import Path
 
 from skwgrad.abi.conv import ConvProblem, parse_problem
 from skwgrad.errors import ProblemError
-from skwgrad.launcher import arrays
+from skwgrad.launcher import layout as L
 from skwgrad.launcher.backends import get_backend
+from skwgrad.launcher.calls import TorchCall, run_arrays
+from skwgrad.launcher.interop import device_of, stream_int, view
+from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import Plan
 from skwgrad.launcher.select import choose
 
 PLAN_CACHE_SIZE = 256
+CALL_CACHE_SIZE = 1024
 _plans: OrderedDict = OrderedDict()
-_plans_lock = threading.Lock()
+_calls: dict = {}
+_lock = threading.Lock()
 _caches: dict[str, object] = {}
+stats = {"plans_built": 0, "calls_resolved": 0}  # what the fast path had to do (tests, debugging)
 
 
 def open_cache(cache=None):
@@ -32,14 +44,15 @@ def open_cache(cache=None):
     ``tuned``, ``remember_tuned``)."""
     if cache is not None and not isinstance(cache, (str, os.PathLike)):
         return cache
-    try:
-        from skwgrad.cache import Cache
-    except ImportError:  # pragma: no cover - the package layout of the cache
-        from skwgrad.cache.store import Cache
+    from skwgrad.cache import Cache
+
     key = str(Path(cache).expanduser().resolve()) if cache is not None else "<default>:" + os.environ.get("SKWGRAD_CACHE", "")
     c = _caches.get(key)
     if c is None:
-        c = _caches[key] = Cache(cache)
+        with _lock:
+            c = _caches.get(key)
+            if c is None:
+                c = _caches[key] = Cache(cache)
     return c
 
 
@@ -57,65 +70,80 @@ def _occupancy(backend):
     return occ
 
 
-def plan(
-    problem,
-    *,
-    streamk: str = "auto",
-    reduction: str = "auto",
-    streamk_ctas: int = -1,
-    tile=None,
-    ks_count: int | None = None,
-    cache=None,
-    device: int | None = None,
-    backend=None,
-    dw_dtype: str | None = None,
-    precision: str | None = None,
-) -> Plan:
-    """A launch plan for ``problem`` (a ``ConvProblem`` or the ``--problem`` text, e.g.
-    ``"n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1"``) on ``device`` (None: the current one).
+def _options(options: LaunchOptions | None, kw: dict) -> LaunchOptions:
+    if options is not None:
+        if not isinstance(options, LaunchOptions):
+            raise ProblemError(f"options must be a LaunchOptions, got {type(options).__name__}")
+        if kw:
+            raise ProblemError(f"pass either options= or the option keywords ({', '.join(sorted(kw))}), not both")
+        return options
+    return LaunchOptions(**kw)
 
-    The plan is built once and cached; ``plan.launch(dy_ptr, x_ptr, dw_ptr, stream)`` launches on
-    raw device pointers, ``plan(x, dy, out=None)`` on arrays.
 
-    streamk: ``auto`` | ``off`` (split-K) | ``dp_sk`` | ``persistent``; reduction: ``auto`` or, for
-    stream-K, ``linear``/``tree``/``atomic``/``workspace``, for split-K ``direct``/``atomic``/``two_stage``;
-    streamk_ctas: the stream-K pool (-1: one CTA per CU for linear/tree, four for atomic/workspace);
-    tile: ``(BM, BN, BK)`` to force a tile; ks_count: force the split-K degree; precision: for fp32
-    inputs, ``ieee`` (the default) or ``tf32``."""
-    if isinstance(problem, str):
-        problem = parse_problem(problem)
-    if not isinstance(problem, ConvProblem):
-        raise ProblemError(f"plan() takes a ConvProblem or a problem string, got {type(problem).__name__}")
-    if dw_dtype and dw_dtype != problem.dw_dtype:
-        problem = ConvProblem(**{**_fields(problem), "dw_dtype": dw_dtype})
-    if precision and precision != problem.precision:
-        problem = ConvProblem(**{**_fields(problem), "precision": precision})
+def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backend=None, device=None) -> Plan:
+    """The cached plan for (device, problem, cache, options); built on first use."""
     be = backend if backend is not None else get_backend(device)
     c = open_cache(cache)
-    tile = tuple(tile) if tile is not None else None
-    key = (be.name, be.device, problem, _cache_id(c), streamk, reduction, streamk_ctas, tile, ks_count)
-    with _plans_lock:
+    if options.dw_dtype and options.dw_dtype != problem.dw_dtype:
+        problem = ConvProblem(**{**_fields(problem), "dw_dtype": options.dw_dtype})
+    if options.precision and problem.dtype == "fp32" and options.precision != problem.precision:
+        problem = ConvProblem(**{**_fields(problem), "precision": options.precision})
+    if options.layout != "auto":  # how arrays are read never changes the kernel: one plan
+        options = replace(options, layout="auto")
+    key = (be.name, be.device, problem, _cache_id(c), options)
+    p = _plans.get(key)
+    if p is not None:
+        return p
+    with _lock:
         p = _plans.get(key)
         if p is not None:
-            _plans.move_to_end(key)
             return p
-    choice = choose(
-        problem, c, arch=be.arch, cus=be.compute_units, streamk=streamk, reduction=reduction,
-        streamk_ctas=streamk_ctas, tile=tile, ks_count=ks_count, occupancy=_occupancy(be),
-    )  # fmt: skip
-    p = choice.plan(problem, be)
-    p.choice = choice
-    with _plans_lock:
+        choice = choose(problem, c, arch=be.arch, cus=be.compute_units, options=options, occupancy=_occupancy(be))
+        p = choice.plan(problem, be)
+        p.choice = choice
+        stats["plans_built"] += 1
         _plans[key] = p
         while len(_plans) > PLAN_CACHE_SIZE:
             _plans.popitem(last=False)
     return p
 
 
+def plan(problem, *, options: LaunchOptions | None = None, cache=None, device: int | None = None, backend=None, **kw) -> Plan:
+    """A launch plan for ``problem`` (a ``ConvProblem`` or the ``--problem`` text, e.g.
+    ``"n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1"``) on ``device`` (None: the current one).
+
+    Options: a ``LaunchOptions`` or its fields as keywords (streamk, reduction, streamk_ctas, tile,
+    ks_count, dw_dtype, precision, deterministic). ``plan.launch(dy_ptr, x_ptr, dw_ptr, stream)``
+    launches on raw device pointers, ``plan(x, dy, out=None)`` on arrays."""
+    opts = _options(options, kw)  # before any device work
+    if isinstance(problem, str):
+        problem = parse_problem(problem)
+    if not isinstance(problem, ConvProblem):
+        raise ProblemError(f"plan() takes a ConvProblem or a problem string, got {type(problem).__name__}")
+    return plan_for(problem, opts, cache=cache, backend=backend, device=device)
+
+
 def _fields(problem: ConvProblem) -> dict:
     from dataclasses import fields
 
     return {f.name: getattr(problem, f.name) for f in fields(problem) if f.init}
+
+
+def _hashable(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(i) for i in v)
+    return v
+
+
+def _torch_key(x, dy, out):
+    """What the fast path keys a torch call on, or None for other arrays."""
+    try:
+        if x.is_cuda and dy.is_cuda and (out is None or out.is_cuda):
+            ko = None if out is None else (out.shape, out.stride(), out.dtype, out.device)
+            return (x.shape, x.stride(), x.dtype, x.device, dy.shape, dy.stride(), dy.dtype, dy.device, ko)
+    except AttributeError:
+        return None
+    return None
 
 
 def wgrad(
@@ -128,53 +156,110 @@ def wgrad(
     dilation=1,
     groups: int = 1,
     out=None,
-    streamk: str = "auto",
-    reduction: str = "auto",
-    streamk_ctas: int = -1,
     cache=None,
     stream=None,
-    dw_dtype: str | None = None,
-    tile=None,
-    ks_count: int | None = None,
-    layout: str = "auto",
-    precision: str | None = None,
+    options: LaunchOptions | None = None,
+    **kw,
 ):
     """The weight gradient of a convolution: ``dW = wgrad(x, dy)`` for ``y = conv(x, W)``.
 
-    x and dy: torch tensors (CUDA/ROCm; CPU copied), CuPy arrays, DLPack or
-    ``__cuda_array_interface__`` device arrays, or numpy arrays (copied in and out), either
-    PyTorch-shaped ``(N, C, [D,] H, W)`` in channels-last memory or ``(N, [D,] H, W, C)`` contiguous
-    (see ``skwgrad.launcher.arrays``). filter_size/stride/padding/dilation: one int or one per
-    spatial dim (padding also ``((lo, hi), ...)``); groups as in PyTorch.
+    x and dy: torch tensors (read by PyTorch's (N, C, [D,] H, W) convention in any memory format;
+    channels-last memory is used as is, other memory is converted), CuPy arrays, DLPack or
+    ``__cuda_array_interface__`` device arrays, or numpy arrays (copied in and out): see
+    ``skwgrad.launcher.layout``. filter_size/stride/padding/dilation: one int or one per spatial
+    dim (padding also ``((lo, hi), ...)``); groups as in PyTorch. Options: a ``LaunchOptions`` or
+    its fields as keywords (streamk, reduction, streamk_ctas, tile, ks_count, dw_dtype, precision,
+    deterministic, layout).
 
     Returns dW shaped ``(K, C/groups, [Z,] Y, X)`` (PyTorch's weight shape) in channels-last memory,
     dtype = the dW dtype (``dw_dtype``, ``out``'s dtype, else the input dtype), written into
-    ``out`` when given. The launch goes on ``stream`` (default: torch's / CuPy's current stream,
-    else the default stream) and is asynchronous for device arrays. fp32 inputs are computed
-    in full fp32 (``precision="ieee"``) unless ``precision="tf32"`` is asked for."""
-    vx, vdy = arrays.view(x, "x"), arrays.view(dy, "dy")
-    vout = arrays.view(out, "out") if out is not None else None
+    ``out`` when given (any memory format for torch: copied in when not channels-last). The launch
+    goes on ``stream`` (default: torch's / CuPy's current stream, else the default stream), is
+    asynchronous for device arrays, and can be captured into a CUDA/HIP graph."""
+    tkey = _torch_key(x, dy, out)
+    if tkey is not None:
+        try:
+            key = (tkey, _hashable(filter_size), _hashable(stride), _hashable(padding), _hashable(dilation), groups,
+                   cache if cache is None or isinstance(cache, str) else id(cache), options,
+                   tuple(sorted((k, _hashable(v)) for k, v in kw.items())))  # fmt: skip
+            call = _calls.get(key)
+        except TypeError:  # an unhashable argument: the slow path reports it
+            key = call = None
+        if call is not None:
+            return call(x, dy, out, None if stream is None else stream_int(stream))
+    s = None if stream is None else stream_int(stream)
+    vx, vdy = view(x, "x", s or 0), view(dy, "dy", s or 0)
+    vout = view(out, "out") if out is not None else None
+    gkey = None
+    if tkey is None:  # other arrays: the views give the pointers anyway; reuse what they resolve to
+        try:
+            gkey = (_view_key(vx), _view_key(vdy), _view_key(vout), _hashable(filter_size), _hashable(stride),
+                    _hashable(padding), _hashable(dilation), groups,
+                    cache if cache is None or isinstance(cache, str) else id(cache), options,
+                    tuple(sorted((k, _hashable(v)) for k, v in kw.items())))  # fmt: skip
+            hit = _calls.get(gkey)
+        except TypeError:
+            gkey = hit = None
+        if hit is not None:
+            return run_arrays(hit[0], hit[1], vx, vdy, vout, s)
+    opts = _options(options, kw)  # every argument checked before any device work
+    dw_dtype = opts.dw_dtype
     if vout is not None:
         if dw_dtype and dw_dtype != vout.dtype:
             raise ProblemError(f"out is {vout.dtype} but dw_dtype={dw_dtype!r}")
         dw_dtype = vout.dtype
-    if reduction == "atomic" and (dw_dtype or vx.dtype) != "fp32":
+    reading = L.read(
+        vx, vdy, filter_size=filter_size, stride=stride, padding=padding, dilation=dilation, groups=groups,
+        dw_dtype=dw_dtype, precision=opts.precision, layout=opts.layout,
+    )  # fmt: skip
+    if opts.reduction == "atomic" and reading.problem.dw_dtype != "fp32":
         raise ProblemError(
-            f"the atomic reduction accumulates into dW, which must be fp32; the dW dtype is {dw_dtype or vx.dtype}: "
+            f"the atomic reduction accumulates into dW, which must be fp32; the dW dtype is {reading.problem.dw_dtype}: "
             f"pass dw_dtype='fp32' (or an fp32 out)"
         )
-    problem, _ = arrays.problem_from_arrays(
-        vx, vdy, filter_size=filter_size, stride=stride, padding=padding, dilation=dilation, groups=groups,
-        dw_dtype=dw_dtype, layout=layout,
-    )  # fmt: skip
+    if vout is not None:
+        L.out_packed(vout, reading.problem)  # shape/dtype/writable, before any device work
     views = [vx, vdy] + ([vout] if vout is not None else [])
-    dev, kind = arrays.device_of(views)
+    dev, kind = device_of(views)
     be = get_backend(dev, kind if not os.environ.get("SKWGRAD_BACKEND") else None)
-    p = plan(
-        problem, streamk=streamk, reduction=reduction, streamk_ctas=streamk_ctas, tile=tile, ks_count=ks_count,
-        cache=cache, backend=be, precision=precision,
+    p = plan_for(reading.problem, opts, cache=cache, backend=be)
+    stats["calls_resolved"] += 1
+    if tkey is not None and key is not None:
+        call = TorchCall(p, reading, vx, vout)
+        _remember(key, call)
+        return call(x, dy, out, s)
+    _remember(gkey, (p, reading))
+    return run_arrays(p, reading, vx, vdy, vout, s)
+
+
+def _remember(key, value) -> None:
+    if key is None:
+        return
+    with _lock:
+        if len(_calls) >= CALL_CACHE_SIZE:
+            _calls.clear()
+        _calls[key] = value
+
+
+def _view_key(v):
+    return None if v is None else (v.kind, v.shape, v.strides, v.dtype, v.device, v.backend_kind)
+
+
+def run_plan(plan_: Plan, x, dy, *, out=None, stream=None, layout: str = "auto"):
+    """Launch ``plan_`` on arrays; the problem the arrays describe must be the plan's."""
+    p = plan_.problem
+    s = None if stream is None else stream_int(stream)
+    vx, vdy = view(x, "x", s or 0), view(dy, "dy", s or 0)
+    sd = p.spatial_dims
+    reading = L.read(
+        vx, vdy, filter_size=(p.z, p.y, p.x)[3 - sd :], stride=p.stride[3 - sd :],
+        padding=tuple(zip(p.pad_lo, p.pad_hi))[3 - sd :], dilation=p.dilation[3 - sd :], groups=p.g,
+        dw_dtype=p.dw_dtype, precision=p.precision or None, layout=layout,
     )  # fmt: skip
-    return arrays.run_problem(p, problem, vx, vdy, out=out, stream=stream)
+    if reading.problem != p:
+        raise ProblemError(f"the arrays describe {reading.problem.describe()}; this plan is for {p.describe()}")
+    vout = view(out, "out") if out is not None else None
+    return run_arrays(plan_, reading, vx, vdy, vout, s)
 
 
 def tune(problem, *, cache=None, device=None, streamk: str = "all", reductions=None, iters: int = 20) -> list[dict]:
@@ -192,5 +277,6 @@ def tune(problem, *, cache=None, device=None, streamk: str = "all", reductions=N
 
 
 def clear_plans() -> None:
-    with _plans_lock:
+    with _lock:
         _plans.clear()
+        _calls.clear()

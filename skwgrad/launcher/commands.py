@@ -155,8 +155,9 @@ def run_problems(
     verify=True, bench=False, baseline=None, seed=0, warmup=10, iters=50, echo=print, tune=False,
 ) -> tuple[list[dict], bool]:
     """Run each problem's selected (or every matching) cached kernel. Returns (rows, all ok)."""
-    from skwgrad.launcher import arrays
     from skwgrad.launcher.api import _occupancy
+    from skwgrad.launcher.hostdata import DeviceInputs
+    from skwgrad.launcher.options import LaunchOptions
     from skwgrad.launcher.select import NoKernelError, all_choices, choose
     from skwgrad.launcher.select import tune as tune_problem
     from skwgrad.reference import relative_error, tolerance, wgrad_reference
@@ -177,13 +178,14 @@ def run_problems(
                     reductions=reductions or None, streamk_ctas=streamk_ctas, tile=tile, occupancy=occ,
                 )  # fmt: skip
                 if not choices:  # raises NoKernelError naming the compile-all command
-                    choices = [choose(p, cache, arch=backend.arch, cus=backend.compute_units, streamk=streamk if streamk != "all" else "auto",
-                           reduction=reductions[0] if len(reductions) == 1 else "auto", streamk_ctas=streamk_ctas, tile=tile, occupancy=occ)]  # fmt: skip
+                    o = LaunchOptions(streamk=streamk if streamk != "all" else "auto",
+                                      reduction=reductions[0] if len(reductions) == 1 else "auto", streamk_ctas=streamk_ctas, tile=tile)  # fmt: skip
+                    choices = [choose(p, cache, arch=backend.arch, cus=backend.compute_units, options=o, occupancy=occ)]
             else:
                 reds = reductions or ("auto",)
                 choices = [
-                    choose(p, cache, arch=backend.arch, cus=backend.compute_units, streamk=streamk, reduction=r,
-                           streamk_ctas=streamk_ctas, tile=tile, occupancy=occ)  # fmt: skip
+                    choose(p, cache, arch=backend.arch, cus=backend.compute_units, occupancy=occ,
+                           options=LaunchOptions(streamk=streamk, reduction=r, streamk_ctas=streamk_ctas, tile=tile))  # fmt: skip
                     for r in reds
                 ]
         except NoKernelError as e:
@@ -202,7 +204,7 @@ def run_problems(
                 cudnn_us, cudnn_note = cudnn_time(p, backend, warmup=warmup, iters=iters, seed=seed)
             except Exception as e:  # noqa: BLE001  (a baseline failure must not hide our results)
                 cudnn_us, cudnn_note = None, f"failed: {type(e).__name__}"
-        inputs = arrays.DeviceInputs.random(p, backend, seed=seed)
+        inputs = DeviceInputs.random(p, backend, seed=seed)
         try:
             ref = wgrad_reference(p, inputs.x64, inputs.dy64) if verify else None
             for c in choices:
@@ -214,14 +216,15 @@ def run_problems(
                         row["sk_ctas"] = plan.geometry.partition.sk_ctas
                     # Poison dW and the whole workspace (NaN in every float dtype) before the run.
                     inputs.poison_dw(0xFF)
-                    plan.poison(byte=0xFF, flags=True)
+                    plan.poison(byte=0xFF)  # the zeroed arena stays zero by contract; checked below
                     plan.launch(inputs.dy, inputs.x, inputs.dw, 0)
                     backend.stream_synchronize(0)
                     if verify:
+                        row["zeroed_left_nonzero"] = plan.zeroed_bytes_nonzero()
                         out = inputs.read_dw()
                         err = relative_error(out, ref)
                         tol = tolerance(p.dtype, p.dw_dtype, c.spec.precision)
-                        row.update(rel_err=err, tol=tol, ok=bool(err <= tol))
+                        row.update(rel_err=err, tol=tol, ok=bool(err <= tol and row["zeroed_left_nonzero"] == 0))
                         all_ok &= row["ok"]
                     if bench:
                         t = plan.time(inputs.dy, inputs.x, inputs.dw, warmup=warmup, iters=iters, hold=hold)

@@ -6,24 +6,25 @@ partition and workspace through ``skwgrad.abi.launch.launch_geometry`` (the only
 computed), loads the code object(s) and prepacks the kernarg block with
 ``skwgrad.abi.kernargs.Packer``. ``Plan.launch`` then only
 
-1. takes the stream's workspace from a per-(device, stream) pool that grows and is reused;
+1. takes its workspace from the stream's arenas (``skwgrad.launcher.workspace``), or, while the
+   stream is being captured into a graph, from graph-private memory;
 2. re-patches the pointers that changed since the last launch (dy, x, dw, ws_ptr, sk_flags,
-   sk_partials) and, for linear/tree, the launch's ``sk_epoch``;
-3. memsets what the workspace layout says (``zero_ranges``, and dW when ``zero_dw``);
-4. launches the main kernel and, when ``needs_stage2``, the Stage-2 reduce, on the caller's stream.
+   sk_partials);
+3. zeroes dW for the atomic reductions (the only per-launch memset);
+4. launches the main kernel and, when the layout has replicas, the Stage-2 reduce, on the
+   caller's stream.
 
-Epoch flags (linear/tree): a pool zeroes a flag region once (when it is first used as flags, or
-after something else overwrote it) and then hands out epochs 1, 2, 3, ... one per launch; the
-kernels wait for ``flag == epoch``, so a flag left by an earlier launch never matches. Before the
-epoch would reach 2**31 the flags are zeroed again and the count restarts at 1. The pool tracks
-``flags_clean``, the prefix of its buffer known to hold only zeros or earlier epochs: partials,
-replicas or a poison overwrite shrink it, and a launch re-zeroes exactly the part of its flag
-table outside it. Pools are per stream, so work on one pool is always stream-ordered.
+Nothing else happens per launch: flags and the stream-K workspace replica are zero at rest (the
+kernels restore the zeros), so a launch is the same bytes every time and a graph replays it
+unchanged. A plan may be launched from several threads: a lock (uncontended: a fraction of a
+microsecond) covers the patch-and-launch of its one kernarg block; the runtime copies the block
+at launch.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -34,9 +35,9 @@ from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, launch_geometry
 from skwgrad.abi.streamk import WAITING_REDUCTIONS, resolve_pool
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError, CacheError, ProblemError
+from skwgrad.launcher.interop import stream_int
+from skwgrad.launcher.workspace import CaptureWorkspace, arenas, capture_refused
 
-EPOCH_LIMIT = 2**31 - 1  # epochs are i32 kernargs: wrap (re-zero the flags) before this
-POOL_GRANULE = 1 << 20  # workspace buffers grow in whole MiB
 _DUMMY_PTR = 0x100  # placeholder in the template; every pointer is patched before the first launch
 _MIN_WS = 256  # a kernel whose flag/partial pointers are unused (all-DP) still gets a valid buffer
 
@@ -98,109 +99,17 @@ def check_metadata(kernel: Kernel, binary_kind: str | None = None) -> None:
         raise AbiError(f"{what}: its kernargs {ka.get('names')} are not the ABI's {list(decl.names)}; rebuild the cache")
     if list(ka.get("offsets", [])) != [s.offset for s in slots[: len(decl.args)]] or int(ka.get("size", -1)) != size:
         raise AbiError(f"{what}: its kernarg offsets/size differ from the ABI layout; rebuild the cache")
-    if spec.family == "wgrad_sk" and spec.variant in WAITING_REDUCTIONS and int(md.get("flags_per_cta", 0)) <= 0:
-        raise AbiError(f"{what}: a {spec.variant} kernel must record flags_per_cta > 0 in its metadata")
-
-
-# ---------------------------------------------------------------------------------------------
-# Workspace pools
-# ---------------------------------------------------------------------------------------------
-class WorkspacePool:
-    """One device buffer per (device, stream), grown on demand and reused by every plan."""
-
-    __slots__ = ("backend", "stream", "ptr", "nbytes", "epoch", "flags_clean", "allocations", "released")
-
-    def __init__(self, backend, stream: int):
-        self.backend = backend
-        self.stream = stream
-        self.ptr = 0
-        self.nbytes = 0
-        self.epoch = 0  # last epoch handed out
-        self.flags_clean = 0  # prefix known to hold only 0 or epochs <= self.epoch
-        self.allocations = 0
-        self.released = False  # dropped by release_pools: plans holding it look the stream up again
-
-    @classmethod
-    def of(cls, backend, stream: int) -> "WorkspacePool":
-        pool = backend.pools.get(stream)
-        if pool is None:
-            with backend.pools_lock:
-                pool = backend.pools.get(stream)
-                if pool is None:
-                    pool = backend.pools[stream] = cls(backend, stream)
-        return pool
-
-    def acquire(self, nbytes: int) -> int:
-        if nbytes <= self.nbytes:
-            return self.ptr
-        be = self.backend
-        if self.ptr:
-            be.stream_synchronize(self.stream)  # earlier launches on this stream may still use it
-            be.free(self.ptr)
-            self.ptr = 0
-            self.nbytes = 0
-        size = -(-nbytes // POOL_GRANULE) * POOL_GRANULE
-        self.ptr = be.alloc(size)
-        self.nbytes = size
-        self.allocations += 1
-        self.flags_clean = 0
-        self.epoch = 0
-        return self.ptr
-
-    def next_epoch(self, flag_bytes: int) -> int:
-        """Make ``[0, flag_bytes)`` a valid flag table for a new launch and return its epoch."""
-        if self.epoch + 1 >= EPOCH_LIMIT:
-            self.flags_clean = 0
-            self.epoch = 0
-        if flag_bytes > self.flags_clean:
-            self.backend.memset(self.ptr + self.flags_clean, 0, flag_bytes - self.flags_clean, self.stream)
-        self.epoch += 1
-        # The launch writes partials from flag_bytes on: beyond it nothing is a clean flag.
-        self.flags_clean = flag_bytes
-        return self.epoch
-
-    def poison(self, byte: int, begin: int = 0, end: int | None = None) -> None:
-        end = self.nbytes if end is None else min(end, self.nbytes)
-        if self.ptr and end > begin:
-            self.backend.memset(self.ptr + begin, byte, end - begin, self.stream)
-            if begin < self.flags_clean:
-                self.flags_clean = begin
-
-    def release(self) -> None:
-        if self.ptr:
-            self.backend.stream_synchronize(self.stream)
-            self.backend.free(self.ptr)
-        self.ptr = 0
-        self.nbytes = 0
-        self.flags_clean = 0
-        self.epoch = 0
-
-
-def release_pools(backend) -> None:
-    """Free every workspace buffer of ``backend`` (they are otherwise kept for reuse)."""
-    with backend.pools_lock:
-        for pool in backend.pools.values():
-            pool.release()
-            pool.released = True
-        backend.pools.clear()
-
-
-# ---------------------------------------------------------------------------------------------
-# Plans
-# ---------------------------------------------------------------------------------------------
-def _stream_int(stream) -> int:
-    if stream is None:
-        return 0
-    if isinstance(stream, int):
-        return stream
-    for attr in ("cuda_stream", "ptr", "handle"):
-        v = getattr(stream, attr, None)
-        if isinstance(v, int):
-            return v
-    try:
-        return int(stream)
-    except (TypeError, ValueError):
-        raise ProblemError(f"stream {stream!r}: pass an int handle, a torch/CuPy stream or None") from None
+    threads = md["threads"]
+    if not isinstance(threads, int) or threads not in (spec.num_warps * 32, spec.num_warps * 64):
+        raise AbiError(
+            f"{what}: metadata says {threads!r} threads; a {spec.num_warps}-warp kernel has {spec.num_warps} x 32 or x 64: "
+            f"the entry does not describe its code object; rebuild the cache"
+        )
+    want = spec.flags_per_cta(threads // spec.num_warps)
+    if int(md.get("flags_per_cta") or 0) != want:
+        raise AbiError(
+            f"{what}: metadata records flags_per_cta={md.get('flags_per_cta')!r}, the kernel publishes {want}; rebuild the cache"
+        )
 
 
 class Plan:
@@ -232,7 +141,7 @@ class Plan:
         check_metadata(kernel, backend.binary_kind)
         spec.check_problem(problem)
         md = kernel.metadata
-        flags_per_cta = int(md.get("flags_per_cta") or 0) or None
+        flags_per_cta = spec.flags_per_cta(int(md["threads"]) // spec.num_warps) or None
         geo = launch_geometry(
             problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
             pool=pool if spec.family == "wgrad_sk" else 0, ks_count=ks_count, flags_per_cta=flags_per_cta,
@@ -304,9 +213,6 @@ class Plan:
         self._ptr_names = [n for n in ("dy", "x", "dw", "ws_ptr", "sk_flags", "sk_partials") if n in names]
         for n in self._ptr_names:
             values[n] = _DUMMY_PTR
-        self._epoch_flags = "sk_epoch" in names
-        if self._epoch_flags:
-            values["sk_epoch"] = 1
         self._buf = backend.kernarg_buffer(self._packer.pack(values))
         if self._fn2 is not None:
             decl2 = declaration("stage2", "reduce")
@@ -315,26 +221,26 @@ class Plan:
                 self._packer2.pack({"ws_ptr": _DUMMY_PTR, "dw": _DUMMY_PTR, **geo.stage2_scalars})
             )
 
-        # -- workspace ---------------------------------------------------------------------
+        # -- workspace: (arena, offset) of each buffer kernarg -------------------------------
         self.layout = layout
-        uses_ws = any(n in names for n in ("ws_ptr", "sk_flags", "sk_partials"))
-        self._ws_bytes = max(layout.total_bytes, _MIN_WS) if uses_ws else 0
-        self._flag_bytes = layout.region("flags").nbytes if layout.epoch_flags else 0
-        if layout.epoch_flags and layout.region("flags").offset != 0:
-            raise AbiError(f"{kernel.label}: the workspace pool keeps flag tables at offset 0; the layout puts them elsewhere")
-        self._data_begin = self._flag_bytes  # first workspace byte that is not a flag
-        self._ws_offsets = {}
-        if "ws_ptr" in names:
-            self._ws_offsets["ws_ptr"] = layout.region("replicas").offset
-        if "sk_flags" in names:
-            self._ws_offsets["sk_flags"] = layout.region("flags").offset
-            self._ws_offsets["sk_partials"] = layout.region("partials").offset
-        self._zero_ranges = tuple(layout.zero_ranges)
+        region_of = {"ws_ptr": "replicas", "sk_flags": "flags", "sk_partials": "partials"}
+        self._ws_args = []  # (kernarg, index of the arena: 0 zeroed / 1 scratch, offset)
+        for arg, region in region_of.items():
+            if arg in names:
+                r = layout.region(region)
+                if not r.nbytes:  # an all-DP launch: the kernel never touches it, but the slot needs a buffer
+                    self._ws_args.append((arg, 1, 0))
+                    continue
+                self._ws_args.append((arg, 0 if r.arena == "zeroed" else 1, r.offset))
+        self._zeroed_bytes = layout.arena_bytes("zeroed")
+        self._scratch_bytes = max(layout.arena_bytes("scratch"), _MIN_WS if self._ws_args else 0)
+        self._needs_ws = bool(self._ws_args)
+        self._replicas_arg = next(((a, off) for a, i, off in self._ws_args if a == "ws_ptr"), None)
         self._zero_dw = layout.zero_dw
         self._dw_nbytes = problem.dw_numel * DTYPE_BYTES[problem.dw_dtype]
-        self._last = None  # (dy, x, dw, ws) of the last patch
+        self._last = None  # (dy, x, dw, zeroed, scratch) of the last patch
         self._last2 = None
-        self._pool_obj = None
+        self._lock = threading.Lock()
         self.launches = 0
 
     # -- descriptions --------------------------------------------------------------------------
@@ -355,8 +261,13 @@ class Plan:
         return self.spec.variant
 
     @property
+    def dw_nbytes(self) -> int:
+        return self._dw_nbytes
+
+    @property
     def workspace_bytes(self) -> int:
-        return self._ws_bytes
+        """Bytes of the stream's arenas this plan uses (zeroed + scratch)."""
+        return self._zeroed_bytes + self._scratch_bytes if self._needs_ws else 0
 
     def kernargs(self) -> bytes:
         """The main kernel's current kernarg block (for inspection and tests)."""
@@ -381,7 +292,7 @@ class Plan:
             "shared": self.shared,
             "num_tiles": geo.tiling.num_tiles,
             "iters_per_tile": geo.tiling.iters_per_tile,
-            "workspace_bytes": self._ws_bytes,
+            "workspace_bytes": self.workspace_bytes,
             "stage2": self.stage2.label if self.stage2 else None,
         }
         if part is not None:
@@ -395,73 +306,90 @@ class Plan:
         return f"<Plan {self.label} {extra} grid={self.grid} for {self.problem.describe()}>"
 
     # -- launching -----------------------------------------------------------------------------
-    def _pool(self, stream: int) -> WorkspacePool:
-        p = self._pool_obj
-        if p is None or p.stream != stream or p.released:
-            p = self._pool_obj = WorkspacePool.of(self.backend, stream)
-        return p
+    def _workspace(self, stream: int):
+        """(zeroed, scratch, keep-alive) base pointers for a launch on ``stream``."""
+        be = self.backend
+        az, asc = be.arenas.get(stream) or arenas(be, stream)
+        if be.stream_is_capturing(stream):
+            ws = CaptureWorkspace.from_torch(be, stream, self._zeroed_bytes, self._scratch_bytes)
+            if ws is not None:
+                return ws.zeroed, ws.scratch, ws
+            if az.nbytes < self._zeroed_bytes or asc.nbytes < self._scratch_bytes:
+                raise capture_refused(stream, self._zeroed_bytes + self._scratch_bytes)
+        z = (az.ptr if az.nbytes >= self._zeroed_bytes else az.ensure(self._zeroed_bytes)) if self._zeroed_bytes else 0
+        s = asc.ptr if asc.nbytes >= self._scratch_bytes else asc.ensure(self._scratch_bytes)
+        return z, s, None
 
-    def _patch(self, dy: int, x: int, dw: int, ws: int) -> None:
+    def _patch(self, dy: int, x: int, dw: int, z: int, s: int) -> None:
         pk, data = self._packer, self._buf.data
         vals = {"dy": dy, "x": x, "dw": dw}
-        for name, off in self._ws_offsets.items():
-            vals[name] = ws + off
+        for name, arena, off in self._ws_args:
+            vals[name] = (z if arena == 0 else s) + off
         for name in self._ptr_names:
             pk.pack_into(data, name, vals[name])
-        self._last = (dy, x, dw, ws)
+        self._last = (dy, x, dw, z, s)
 
     def launch(self, dy: int, x: int, dw: int, stream: int = 0) -> None:
-        """Launch on device pointers (``int``) of packed dy, x and dW, on ``stream`` (an ``int``)."""
+        """Launch on device pointers (``int``) of packed dy, x and dW, on ``stream`` (an ``int``).
+        Safe to call from several threads and while ``stream`` is being captured."""
         be = self.backend
-        be.activate()
-        ws = 0
-        pool = None
-        if self._ws_bytes:
-            pool = self._pool_obj
-            if pool is None or pool.stream != stream or pool.released:
-                pool = self._pool(stream)
-            ws = pool.ptr if pool.nbytes >= self._ws_bytes else pool.acquire(self._ws_bytes)
-        last = self._last
-        if last is None or last[0] != dy or last[1] != x or last[2] != dw or last[3] != ws:
-            self._patch(dy, x, dw, ws)
-        if self._epoch_flags:
-            self._packer.pack_into(self._buf.data, "sk_epoch", pool.next_epoch(self._flag_bytes))
-        elif pool is not None:
-            pool.flags_clean = 0  # replicas/partials written from offset 0
-        for off, n in self._zero_ranges:
-            be.memset(ws + off, 0, n, stream)
-        if self._zero_dw:
-            be.memset(dw, 0, self._dw_nbytes, stream)
-        be.launch(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
-        if self._fn2 is not None:
-            l2 = self._last2
-            if l2 is None or l2[0] != ws or l2[1] != dw:
-                self._packer2.pack_into(self._buf2.data, "ws_ptr", ws + self._ws_offsets["ws_ptr"])
-                self._packer2.pack_into(self._buf2.data, "dw", dw)
-                self._last2 = (ws, dw)
-            be.launch(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
-        self.launches += 1
+        with self._lock:
+            be.activate()
+            z = s = 0
+            keep = None
+            if self._needs_ws:
+                z, s, keep = self._workspace(stream)
+            last = self._last
+            if last is None or last[0] != dy or last[1] != x or last[2] != dw or last[3] != z or last[4] != s:
+                self._patch(dy, x, dw, z, s)
+            if self._zero_dw:
+                be.memset(dw, 0, self._dw_nbytes, stream)
+            be.launch(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
+            if self._fn2 is not None:
+                arg, off = self._replicas_arg
+                rep = (z if self.layout.region("replicas").arena == "zeroed" else s) + off
+                l2 = self._last2
+                if l2 is None or l2[0] != rep or l2[1] != dw:
+                    self._packer2.pack_into(self._buf2.data, "ws_ptr", rep)
+                    self._packer2.pack_into(self._buf2.data, "dw", dw)
+                    self._last2 = (rep, dw)
+                be.launch(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
+            self.launches += 1
+            del keep  # graph-private workspace: its memory now belongs to the captured work
 
-    def poison(self, *, dw: int | None = None, byte: int = 0xFF, stream: int = 0, flags: bool = False) -> None:
-        """Fill dW (if given) and this plan's workspace with ``byte`` (0xFF: NaN in every float
-        dtype) on ``stream``. The flag table is left alone unless ``flags``; the epoch protocol
-        must not depend on what partials or replicas hold."""
-        stream = _stream_int(stream)
+    def poison(self, *, dw: int | None = None, byte: int = 0xFF, stream: int = 0) -> None:
+        """Fill dW (if given) and this plan's scratch workspace with ``byte`` (0xFF: NaN in every
+        float dtype) on ``stream``. The zeroed arena is left alone: it is zero at rest by contract,
+        and ``check_zeroed`` reads it back."""
+        stream = stream_int(stream)
         be = self.backend
         be.activate()
         if dw is not None:
             be.memset(dw, byte, self._dw_nbytes, stream)
-        if self._ws_bytes:
-            pool = self._pool(stream)
-            pool.acquire(self._ws_bytes)
-            pool.poison(byte, 0 if flags else self._data_begin, self._ws_bytes)
+        if self._needs_ws:
+            _, s, _ = self._workspace(stream)
+            if self._scratch_bytes:
+                be.memset(s, byte, self._scratch_bytes, stream)
+
+    def zeroed_bytes_nonzero(self, stream: int = 0) -> int:
+        """How many bytes of this plan's part of the zeroed arena are not zero (after the stream's
+        work): 0 when the kernels kept the zero-at-rest contract."""
+        import numpy as np
+
+        if not (self._needs_ws and self._zeroed_bytes):
+            return 0
+        z, _, _ = self._workspace(stream)
+        self.backend.stream_synchronize(stream)
+        raw = np.empty(self._zeroed_bytes, dtype=np.uint8)
+        self.backend.memcpy_dtoh(raw, z, self._zeroed_bytes)
+        return int(np.count_nonzero(raw))
 
     def __call__(self, x, dy, out=None, *, stream=None, layout: str = "auto"):
         """Run on arrays (torch, CuPy, DLPack / CUDA-array-interface objects or numpy); see
         ``skwgrad.wgrad`` for the layout rules. Returns ``out`` (allocated when None)."""
-        from skwgrad.launcher import arrays
+        from skwgrad.launcher.api import run_plan
 
-        return arrays.run_plan(self, x, dy, out=out, stream=stream, layout=layout)
+        return run_plan(self, x, dy, out=out, stream=stream, layout=layout)
 
     # -- timing --------------------------------------------------------------------------------
     def time(self, dy: int, x: int, dw: int, *, stream: int = 0, warmup: int = 5, iters: int = 50, hold=None) -> dict:

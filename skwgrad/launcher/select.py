@@ -31,10 +31,9 @@ from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS, resolve_pool
 from skwgrad.errors import AbiError, CacheError, ProblemError, SkwgradError
+from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import Kernel, Plan
 
-STREAMK_CHOICES = ("auto", "off", *MODES)
-REDUCTION_CHOICES = ("auto", *dict.fromkeys((*SK_REDUCTIONS, *SPLITK_EPILOGUES)))
 SK_MIN_ITERS = 256  # "a long reduction": iterations per tile at or above this
 AUTO_MODES = ("dp_sk", "persistent")
 AUTO_SK_REDUCTIONS = ("workspace", "linear", "tree", "atomic")
@@ -118,8 +117,21 @@ def candidates(cache, arch: str, problem: ConvProblem, *, family=None, mode=None
         if tile and (spec.bm, spec.bn, spec.bk) != tuple(tile):
             continue
         if _admits(spec, problem):
-            out.append(Kernel.from_entry(e, cache))
+            try:
+                out.append(Kernel.from_entry(e, cache))
+            except CacheError as err:  # one damaged entry: skip it, say so once, keep selecting
+                _report_damaged(e, err)
     return out
+
+
+_damaged_reported: set = set()
+
+
+def _report_damaged(entry, err) -> None:
+    key = getattr(entry, "key", None)
+    if key not in _damaged_reported:
+        _damaged_reported.add(key)
+        warnings.warn(f"skipping damaged cache entry {str(key)[:12]}: {err}", stacklevel=3)
 
 
 def _width_key(k: Kernel, problem: ConvProblem):
@@ -173,54 +185,18 @@ def find_stage2(cache, arch: str, dw_dtype: str) -> Kernel | None:
 # ---------------------------------------------------------------------------------------------
 # The missing-kernel message
 # ---------------------------------------------------------------------------------------------
-def compile_all_command(problem: ConvProblem, arch: str, *, streamk="auto", reduction="auto", tile=None, cache=None, stage2_only=False) -> str | None:
-    """The ``skwgrad compile-all`` command that builds a kernel for this request: the smallest
-    preset (smoke, default, full) whose sweep holds a spec admitting the problem. None when no
-    preset builds one (e.g. stream-K at a vector width the pruning rules never build)."""
-    from skwgrad.aot import sweep as sw
-
-    if streamk in MODES:
-        sk = streamk
-    elif reduction in SK_ONLY:
-        sk = "all"
-    else:
-        sk = "off"
-    reds = reduction if (reduction in SK_REDUCTIONS and sk != "off") else None
-    tiles = "x".join(map(str, tile)) if tile else None
-    for preset in sw.PRESETS:
-        try:
-            items = sw.sweep(preset, [arch], [problem.dtype], streamk=sk, reductions=reds, tiles=tiles)
-        except SkwgradError:
-            continue
-        for it in items:
-            s = it.spec
-            if stage2_only:
-                ok = s.family == "stage2" and s.dw_dtype == problem.dw_dtype
-            else:
-                ok = s.family in ("wgrad", "wgrad_sk") and _admits(s, problem)
-                if ok and streamk in MODES:
-                    ok = s.mode == streamk
-                if ok and (streamk == "off" or reduction in SPLITK_ONLY):
-                    ok = s.family == "wgrad"
-                if ok and reduction in SK_ONLY:
-                    ok = s.family == "wgrad_sk"
-                if ok and reduction != "auto":
-                    ok = s.variant == reduction
-            if ok:
-                parts = ["skwgrad compile-all", f"--preset {preset}", f"--arch {arch}", f"--dtype {problem.dtype}", f"--streamk {sk}"]
-                if reds:
-                    parts.append(f"--streamk-reductions {reds}")
-                if tiles:
-                    parts.append(f"--tiles {tiles}")
-                path = getattr(cache, "path", None)
-                if path is not None:
-                    parts.append(f"--cache {path}")
-                return " ".join(parts)
-    return None
+def compile_all_command(problem: ConvProblem, arch: str, *, cache=None) -> str:
+    """The ``skwgrad compile-all`` command that builds every kernel selection could choose for
+    ``problem`` on ``arch`` (compile-all's ``--problem`` sweep), into this cache."""
+    parts = ["skwgrad compile-all", f"--arch {arch}", f'--problem "{problem.describe()}"']
+    path = getattr(cache, "path", None)
+    if path is not None:
+        parts.append(f"--cache {path}")
+    return " ".join(parts)
 
 
-def _no_kernel(problem, arch, what: str, *, streamk="auto", reduction="auto", tile=None, cache=None, stage2_only=False) -> NoKernelError:
-    cmd = compile_all_command(problem, arch, streamk=streamk, reduction=reduction, tile=tile, cache=cache, stage2_only=stage2_only)
+def _no_kernel(problem, arch, what: str, *, cache=None, hint: str = "") -> NoKernelError:
+    cmd = compile_all_command(problem, arch, cache=cache)
     where = getattr(cache, "path", None)
     head = f"no cached {what} for {problem.describe()} on {arch}" + (f" in {where}" if where is not None else "")
     stale = getattr(cache, "other_versions", lambda arch: 0)(arch)
@@ -229,40 +205,12 @@ def _no_kernel(problem, arch, what: str, *, streamk="auto", reduction="auto", ti
             f" (it holds {stale} {arch} entries built by another Triton or from other skwgrad kernel sources; "
             f"they are never served: rebuild with compile-all)"
         )
-    if cmd:
-        return NoKernelError(f"{head}; build one with:\n    {cmd}")
-    return NoKernelError(
-        f"{head}, and no compile-all preset builds one (C per group = {problem.c}, K per group = {problem.k}; "
-        f"stream-K kernels are built only at the widest channel vectors). Split-K serves every shape: "
-        f"use streamk='off' (run-from-cache --streamk off), built by:\n    "
-        + (compile_all_command(problem, arch, streamk="off", cache=cache) or "skwgrad compile-all --preset full")
-    )
+    return NoKernelError(f"{head}{hint}; build what selection can choose for it with:\n    {cmd}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Choosing
 # ---------------------------------------------------------------------------------------------
-def _check_options(streamk, reduction, streamk_ctas, ks_count, tile):
-    if streamk not in STREAMK_CHOICES:
-        raise ProblemError(f"streamk={streamk!r}: use one of {', '.join(STREAMK_CHOICES)}")
-    if reduction not in REDUCTION_CHOICES:
-        raise ProblemError(f"reduction={reduction!r}: use one of {', '.join(REDUCTION_CHOICES)}")
-    if streamk == "off" and reduction in SK_ONLY:
-        raise ProblemError(f"reduction {reduction!r} is a stream-K reduction; split-K (streamk='off') takes direct, atomic or two_stage")
-    if streamk in MODES and reduction in SPLITK_ONLY:
-        raise ProblemError(f"reduction {reduction!r} is a split-K epilogue; stream-K takes linear, tree, atomic or workspace")
-    if not isinstance(streamk_ctas, int) or (streamk_ctas != -1 and streamk_ctas <= 0):
-        raise ProblemError(f"streamk_ctas must be a positive CTA count or -1 (the default pool), got {streamk_ctas!r}")
-    if ks_count is not None:
-        if not isinstance(ks_count, int) or ks_count <= 0:
-            raise ProblemError(f"ks_count must be a positive integer, got {ks_count!r}")
-        if streamk in MODES or reduction in SK_ONLY:
-            raise ProblemError("ks_count is a split-K setting; stream-K kernels pin ks_count = 1")
-    if tile is not None:
-        if len(tuple(tile)) != 3 or not all(isinstance(v, int) and v > 0 for v in tile):
-            raise ProblemError(f"tile must be (BM, BN, BK), got {tile!r}")
-
-
 def _occ(occupancy, k: Kernel) -> int:
     return max(1, int(occupancy(k))) if occupancy else 1
 
@@ -293,7 +241,7 @@ def _streamk_choice(problem, k: Kernel, cus, streamk_ctas, occupancy, stage2, *,
         return None, "no Stage-2 reduce cached"
     geo = launch_geometry(
         problem, s.family, s.variant, bm=s.bm, bn=s.bn, bk=s.bk, mode=s.mode, pool=pool,
-        flags_per_cta=int(k.metadata.get("flags_per_cta") or 0) or None,
+        flags_per_cta=s.flags_per_cta(int(k.metadata["threads"]) // s.num_warps) or None,
     )  # fmt: skip
     t, part = geo.tiling, geo.partition
     if s.variant in WAITING_REDUCTIONS and occupancy is not None and part.sk_ctas:
@@ -311,7 +259,7 @@ def _streamk_choice(problem, k: Kernel, cus, streamk_ctas, occupancy, stage2, *,
     return Choice(k, pool=pool, stage2=stage2 if geo.workspace.needs_stage2 else None, reason=why), None
 
 
-def _tuned_choice(cache, arch, cus, problem) -> Choice | None:
+def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice | None:
     tuned = getattr(cache, "tuned", None)
     if tuned is None:
         return None
@@ -321,7 +269,7 @@ def _tuned_choice(cache, arch, cus, problem) -> Choice | None:
     try:
         entry = cache.get(got["key"])
         k = Kernel.from_entry(entry, cache)
-        if k.arch != arch or not _admits(k.spec, problem):
+        if k.arch != arch or not _admits(k.spec, problem) or not options.allows(k.spec.variant):
             return None
         stage2 = None
         if got.get("stage2_key"):
@@ -337,19 +285,22 @@ def choose(
     *,
     arch: str,
     cus: int,
-    streamk: str = "auto",
-    reduction: str = "auto",
-    streamk_ctas: int = -1,
-    tile=None,
-    ks_count: int | None = None,
+    options: LaunchOptions | None = None,
     occupancy=None,
     use_tuned: bool = True,
+    **option_fields,
 ) -> Choice:
-    """The kernel and launch settings for ``problem`` on a device of ``arch`` with ``cus`` CUs.
+    """The kernel and launch settings for ``problem`` on a device of ``arch`` with ``cus`` CUs,
+    under ``options`` (a ``LaunchOptions``, or its fields as keywords: validated once, there).
 
     ``occupancy(kernel) -> max active CTAs per CU`` (from the backend); None means 1 and skips
     the co-residency screen (offline)."""
-    _check_options(streamk, reduction, streamk_ctas, ks_count, tile)
+    if options is None:
+        options = LaunchOptions(**option_fields)
+    elif option_fields:
+        raise ProblemError(f"pass either options= or option keywords ({', '.join(sorted(option_fields))}), not both")
+    o = options
+    streamk, reduction, streamk_ctas, tile, ks_count = o.streamk, o.reduction, o.streamk_ctas, o.tile, o.ks_count
     if reduction == "atomic" and problem.dw_dtype != "fp32":
         raise ProblemError(
             f"the atomic reduction accumulates into dW, which must be fp32; this problem's dW is {problem.dw_dtype} "
@@ -357,7 +308,7 @@ def choose(
         )
     tile = tuple(tile) if tile is not None else None
     if use_tuned and streamk == "auto" and reduction == "auto" and tile is None and ks_count is None and streamk_ctas == -1:
-        c = _tuned_choice(cache, arch, cus, problem)
+        c = _tuned_choice(cache, arch, cus, problem, o)
         if c is not None:
             return c
     stage2 = find_stage2(cache, arch, problem.dw_dtype)
@@ -372,7 +323,7 @@ def choose(
         notes.append("stream-K is cached only at narrower channel vectors than split-K")
     if try_sk:
         modes = (streamk,) if streamk in MODES else AUTO_MODES
-        reds = (reduction,) if reduction in SK_REDUCTIONS else AUTO_SK_REDUCTIONS
+        reds = (reduction,) if reduction in SK_REDUCTIONS else tuple(r for r in AUTO_SK_REDUCTIONS if o.allows(r))
         sk = [k for k in candidates(cache, arch, problem, family="wgrad_sk", tile=tile) if k.spec.mode in modes and k.spec.variant in reds]
         sk = rank(widest(sk, problem), problem, cus)
         order = {(m, r): i for i, (m, r) in enumerate((m, r) for r in reds for m in modes)}
@@ -384,13 +335,13 @@ def choose(
             notes.append(f"{k.label}: {why}")
         if want_sk:
             if any(k.spec.variant == "workspace" for k in sk) and stage2 is None:
-                raise _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache, stage2_only=True)
+                raise _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache)
             what = f"{'/'.join(modes)} stream-K kernel" + (f" with the {reduction} reduction" if reduction != "auto" else "")
             if sk:  # kernels exist but none can launch (co-residency)
                 raise ProblemError(f"no {what} can run {problem.describe()} on {arch}: " + "; ".join(notes))
-            raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), streamk=streamk if streamk in MODES else "all", reduction=reduction, tile=tile, cache=cache)
+            raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache)
     if try_splitk:
-        variants = (reduction,) if reduction in SPLITK_EPILOGUES else SPLITK_EPILOGUES
+        variants = (reduction,) if reduction in SPLITK_EPILOGUES else tuple(v for v in SPLITK_EPILOGUES if o.allows(v))
         ks_all = [k for k in candidates(cache, arch, problem, family="wgrad", tile=tile) if k.spec.variant in variants]
         ks_all = rank(widest(ks_all, problem), problem, cus)
         if ks_all:
@@ -400,9 +351,9 @@ def choose(
             if reduction in SPLITK_EPILOGUES:
                 prefs = (reduction,)
             elif want == 1:
-                prefs = ("direct", "two_stage", "atomic")
+                prefs = tuple(v for v in ("direct", "two_stage", "atomic") if v in variants)
             else:
-                prefs = ("two_stage", "atomic", "direct")
+                prefs = tuple(v for v in ("two_stage", "atomic", "direct") if v in variants)
             for variant in prefs:
                 for k in (k for k in ks_all if k.spec.variant == variant):
                     if variant == "two_stage" and stage2 is None:
@@ -421,12 +372,12 @@ def choose(
                     reason = f"split-K ks_count={n}" + (f" ({'; '.join(notes[:2])})" if notes else "")
                     return Choice(k, ks_count=n, stage2=stage2 if variant == "two_stage" else None, reason=reason)
         if any(k.spec.variant == "two_stage" for k in ks_all) and stage2 is None:
-            raise _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache, stage2_only=True)
+            raise _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache)
         what = "split-K kernel" + (f" with the {reduction} epilogue" if reduction != "auto" else "")
         if try_sk and not ks_all and not notes:
             what = "kernel"  # neither family has one
-        raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), streamk="off", reduction=reduction, tile=tile, cache=cache)
-    raise _no_kernel(problem, arch, "kernel", streamk=streamk, reduction=reduction, tile=tile, cache=cache)
+        raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache)
+    raise _no_kernel(problem, arch, "kernel", cache=cache)
 
 
 def all_choices(
@@ -481,7 +432,7 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
     """Time every cached candidate for ``problem`` on ``backend`` and remember the fastest
     (``cache.remember_tuned``), which ``choose(streamk='auto')`` then uses. Returns one row per
     candidate (fastest first): the choice, median microseconds, or the error that stopped it."""
-    from skwgrad.launcher import arrays
+    from skwgrad.launcher.hostdata import DeviceInputs
 
     cus = backend.compute_units
     choices = all_choices(
@@ -492,7 +443,7 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
     )  # fmt: skip
     if not choices:
         raise _no_kernel(problem, backend.arch, "kernel", cache=cache)
-    bufs = arrays.DeviceInputs.random(problem, backend, seed=seed)
+    bufs = DeviceInputs.random(problem, backend, seed=seed)
     rows = []
     try:
         for c in choices:

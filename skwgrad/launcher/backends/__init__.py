@@ -12,6 +12,7 @@ from skwgrad.launcher.backends.base import Backend, KernargBuffer, LoadedFunctio
 __all__ = ["Backend", "KernargBuffer", "LoadedFunction", "get_backend", "BACKENDS", "reset_backends"]
 
 BACKENDS = ("cuda", "hip")
+ALIASES = {"rocm": "hip", "nvidia": "cuda", "amd": "hip"}
 _instances: dict[tuple[str, int | None], Backend] = {}
 _lock = threading.Lock()
 
@@ -35,8 +36,9 @@ def get_backend(device: int | None = None, kind: str | None = None) -> Backend:
     ``kind`` (or ``$SKWGRAD_BACKEND``) forces ``cuda`` or ``hip``; otherwise CUDA is tried, then
     HIP, and a ``BackendError`` lists why each failed when neither finds a device."""
     kind = kind or os.environ.get("SKWGRAD_BACKEND", "").strip().lower() or None
+    kind = ALIASES.get(kind, kind)
     if kind is not None and kind not in BACKENDS:
-        raise BackendError(f"unknown backend {kind!r} (SKWGRAD_BACKEND); use one of {', '.join(BACKENDS)}")
+        raise BackendError(f"unknown backend {kind!r} (SKWGRAD_BACKEND); use one of {', '.join(BACKENDS)} (or rocm)")
     kinds = (kind,) if kind else BACKENDS
     with _lock:
         for k in kinds:

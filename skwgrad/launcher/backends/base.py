@@ -104,8 +104,8 @@ class Backend(abc.ABC):
         self.device = device
         self._lock = threading.Lock()
         self._functions: dict[tuple[int, str], LoadedFunction] = {}
-        self.pools: dict[int, object] = {}  # stream -> WorkspacePool (skwgrad.launcher.plan)
-        self.pools_lock = threading.Lock()
+        self.arenas: dict[int, tuple] = {}  # stream -> (zeroed, scratch) arenas (skwgrad.launcher.workspace)
+        self.arenas_lock = threading.Lock()
 
     def __repr__(self):
         return f"<{type(self).__name__} device {self.device}: {self.device_name} ({self.arch}, {self.compute_units} CUs)>"
@@ -241,8 +241,167 @@ class Backend(abc.ABC):
     def pointer_device(self, ptr: int) -> int | None:
         """The device ordinal ``ptr`` was allocated on, or None for memory this runtime does not know."""
 
+    @abc.abstractmethod
+    def stream_is_capturing(self, stream: int) -> bool:
+        """True while ``stream`` is being recorded into a CUDA/HIP graph: nothing may allocate,
+        free or synchronize on it then."""
+
+    @abc.abstractmethod
+    def stream_wait_stream(self, stream: int, other: int) -> None:
+        """Make ``stream`` wait for the work queued on ``other`` so far (an event, no host wait)."""
+
     # -- helpers -----------------------------------------------------------------------------
     def _as_kernargs(self, kernargs) -> KernargBuffer:
         if isinstance(kernargs, KernargBuffer):
             return kernargs
         return self.kernarg_buffer(kernargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# One checked driver-call table for both runtimes
+# ---------------------------------------------------------------------------------------------
+# The runtime-neutral operations and each runtime's function. Both cuda-bindings and hip-python
+# return ``(error, *values)``; ``Driver`` checks every call in one place, so call sites are bare.
+CALLS: dict[str, tuple[str, str]] = {
+    # op:              (CUDA driver API,                                 HIP runtime)
+    "module_load": ("cuModuleLoadData", "hipModuleLoadData"),
+    "get_function": ("cuModuleGetFunction", "hipModuleGetFunction"),
+    "occupancy": ("cuOccupancyMaxActiveBlocksPerMultiprocessor", "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor"),
+    "alloc": ("cuMemAlloc", "hipMalloc"),
+    "free": ("cuMemFree", "hipFree"),
+    "memset": ("cuMemsetD8Async", "hipMemsetD8Async"),
+    "htod": ("cuMemcpyHtoD", "hipMemcpyHtoD"),
+    "dtoh": ("cuMemcpyDtoH", "hipMemcpyDtoH"),
+    "launch": ("cuLaunchKernel", "hipModuleLaunchKernel"),
+    "stream_destroy": ("cuStreamDestroy", "hipStreamDestroy"),
+    "stream_sync": ("cuStreamSynchronize", "hipStreamSynchronize"),
+    "stream_wait_event": ("cuStreamWaitEvent", "hipStreamWaitEvent"),
+    "stream_is_capturing": ("cuStreamIsCapturing", "hipStreamIsCapturing"),
+    "device_sync": ("cuCtxSynchronize", "hipDeviceSynchronize"),
+    "event_record": ("cuEventRecord", "hipEventRecord"),
+    "event_sync": ("cuEventSynchronize", "hipEventSynchronize"),
+    "event_elapsed": ("cuEventElapsedTime", "hipEventElapsedTime"),
+    "event_destroy": ("cuEventDestroy", "hipEventDestroy"),
+}
+RUNTIMES = ("cuda", "hip")
+
+
+class Driver:
+    """``driver.op(*args)`` calls the runtime's function for ``op`` and returns its value(s);
+    a failed call raises ``BackendError`` naming the function, the arguments that identify it and
+    the runtime's error string."""
+
+    def __init__(self, module, runtime: str, success, errstr):
+        self.module = module
+        self.success = success
+        self.errstr = errstr
+        col = RUNTIMES.index(runtime)
+        for op, names in CALLS.items():
+            name = names[col]
+            fn = getattr(module, name, None)
+            if fn is None and op == "event_elapsed":
+                fn = getattr(module, name + "_v2", None)
+            setattr(self, op, self._checked(name, fn))
+
+    def _checked(self, name: str, fn):
+        success, errstr = self.success, self.errstr
+
+        def call(*args, what: str = ""):
+            if fn is None:
+                raise BackendError(f"{name} is not available in this runtime's bindings")
+            res = fn(*args)
+            err = res[0]
+            if err != success:
+                raise BackendError(f"{name}{'(' + what + ')' if what else ''} failed: {errstr(err)}")
+            n = len(res)
+            return None if n == 1 else res[1] if n == 2 else res[1:]
+
+        call.__name__ = name
+        return call
+
+    def check(self, name: str, result):
+        """Check a result tuple of a call made directly on the module (device discovery)."""
+        err = result[0]
+        if err != self.success:
+            raise BackendError(f"{name} failed: {self.errstr(err)}")
+        return None if len(result) == 1 else result[1] if len(result) == 2 else result[1:]
+
+
+class DriverBackend(Backend):
+    """The protocol implemented once over a ``Driver``; a runtime adds device discovery, context
+    handling and the few calls whose arguments differ (stream/event flags, pointer queries)."""
+
+    drv: Driver
+
+    def _load_module(self, binary: bytes):
+        return self.drv.module_load(binary)
+
+    def _get_function(self, module, name: str):
+        return self.drv.get_function(module, name.encode(), what=name)
+
+    def _occupancy(self, handle, threads: int, shared: int) -> int:
+        return self.drv.occupancy(handle, threads, shared)
+
+    def alloc(self, nbytes: int) -> int:
+        self.activate()
+        return int(self.drv.alloc(max(int(nbytes), 1), what=str(nbytes)))
+
+    def free(self, ptr: int) -> None:
+        self.activate()
+        self.drv.free(ptr)
+
+    def memset(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
+        self.drv.memset(ptr, byte, nbytes, stream, what=f"{ptr:#x}, {byte}, {nbytes}")
+
+    def memcpy_htod(self, dst: int, src, nbytes: int) -> None:
+        addr, _keep = host_address(src, nbytes, writable=False)
+        self.activate()
+        self.drv.htod(dst, addr, nbytes)
+
+    def memcpy_dtoh(self, dst, src: int, nbytes: int) -> None:
+        addr, _keep = host_address(dst, nbytes, writable=True)
+        self.activate()
+        self.drv.dtoh(addr, src, nbytes)
+
+    def launch(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
+        if not isinstance(kernargs, KernargBuffer):
+            kernargs = self._as_kernargs(kernargs)
+        self.drv.launch(
+            fn.handle, grid, 1, 1, threads, 1, 1, shared, stream, None, kernargs.extra,
+            what=f"{fn.name}, grid={grid}, threads={threads}, shared={shared}",
+        )  # fmt: skip
+
+    def stream_destroy(self, stream: int) -> None:
+        self.drv.stream_destroy(stream)
+
+    def stream_synchronize(self, stream: int) -> None:
+        self.drv.stream_sync(stream)
+
+    def synchronize(self) -> None:
+        self.activate()
+        self.drv.device_sync()
+
+    def event_record(self, event, stream: int = 0) -> None:
+        self.drv.event_record(event, stream)
+
+    def event_synchronize(self, event) -> None:
+        self.drv.event_sync(event)
+
+    def event_elapsed_ms(self, start, end) -> float:
+        return float(self.drv.event_elapsed(start, end))
+
+    def event_destroy(self, event) -> None:
+        self.drv.event_destroy(event)
+
+    def stream_is_capturing(self, stream: int) -> bool:
+        return int(self.drv.stream_is_capturing(stream)) != 0  # CAPTURE_STATUS_NONE is 0 in both
+
+    def stream_wait_stream(self, stream: int, other: int) -> None:
+        if stream == other:
+            return
+        ev = self.event_create()
+        try:
+            self.drv.event_record(ev, other)
+            self.drv.stream_wait_event(stream, ev, 0)
+        finally:
+            self.drv.event_destroy(ev)

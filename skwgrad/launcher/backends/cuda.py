@@ -10,7 +10,7 @@ The kernarg layout is checked against ``cuFuncGetParamInfo`` at load where the d
 from __future__ import annotations
 
 from skwgrad.errors import BackendError
-from skwgrad.launcher.backends.base import Backend, KernargBuffer, LoadedFunction, host_address
+from skwgrad.launcher.backends.base import Driver, DriverBackend, LoadedFunction
 
 _DEFAULT_SHARED = 48 * 1024
 
@@ -29,7 +29,7 @@ def import_driver():
     return driver
 
 
-class CudaBackend(Backend):
+class CudaBackend(DriverBackend):
     name = "cuda"
     binary_kind = "cubin"
 
@@ -40,10 +40,8 @@ class CudaBackend(Backend):
         self.device_name = "CUDA device"
         self.arch = ""
         self.compute_units = 0
-        # Hot-path bindings (attribute lookups cost more than the checks).
-        self._launch = d.cuLaunchKernel
-        self._memset = d.cuMemsetD8Async
-        self._get_ctx = d.cuCtxGetCurrent
+        self.drv = Driver(d, "cuda", self._success, self._errstr)
+        self._get_ctx = d.cuCtxGetCurrent  # hot path: one lookup, not one per launch
         try:
             (err,) = d.cuInit(0)
         except BackendError:
@@ -52,7 +50,7 @@ class CudaBackend(Backend):
             raise BackendError(f"no NVIDIA driver (libcuda) found: {e}") from None
         if err != self._success:
             raise BackendError(f"no usable CUDA device: cuInit failed: {self._errstr(err)}")
-        count = self._call("cuDeviceGetCount", d.cuDeviceGetCount())
+        count = self.drv.check("cuDeviceGetCount", d.cuDeviceGetCount())
         if count <= 0:
             raise BackendError("no CUDA device found (cuDeviceGetCount = 0)")
         if device is None:
@@ -60,14 +58,14 @@ class CudaBackend(Backend):
         if not 0 <= device < count:
             raise BackendError(f"CUDA device {device} does not exist ({count} device(s) present)")
         super().__init__(device)
-        self._dev = self._call("cuDeviceGet", d.cuDeviceGet(device))
-        self._ctx = self._call("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
+        self._dev = self.drv.check("cuDeviceGet", d.cuDeviceGet(device))
+        self._ctx = self.drv.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
         self._ctx_int = int(self._ctx)
         self.activate()
         attr = d.CUdevice_attribute
 
         def get(a):
-            return self._call("cuDeviceGetAttribute", d.cuDeviceGetAttribute(a, self._dev))
+            return self.drv.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(a, self._dev))
 
         major = get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         minor = get(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
@@ -77,7 +75,7 @@ class CudaBackend(Backend):
             get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
             get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
         )
-        name = self._call("cuDeviceGetName", d.cuDeviceGetName(256, self._dev))
+        name = self.drv.check("cuDeviceGetName", d.cuDeviceGetName(256, self._dev))
         self.device_name = (name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name)).strip()
 
     # -- errors ------------------------------------------------------------------------------
@@ -92,15 +90,6 @@ class CudaBackend(Backend):
         text = text.decode() if isinstance(text, bytes) else str(text or "")
         return f"{name}: {text}" if text else name
 
-    def _call(self, what: str, result):
-        """Check a cuda-bindings result tuple ``(CUresult, *values)``; return the value(s)."""
-        err = result[0]
-        if err != self._success:
-            raise BackendError(f"{what} failed: {self._errstr(err)}")
-        if len(result) == 1:
-            return None
-        return result[1] if len(result) == 2 else result[1:]
-
     # -- context -----------------------------------------------------------------------------
     def _current_device(self) -> int:
         d = self._d
@@ -114,19 +103,13 @@ class CudaBackend(Backend):
     def activate(self) -> None:
         err, ctx = self._get_ctx()
         if err != self._success or ctx is None or int(ctx) != self._ctx_int:
-            self._call("cuCtxSetCurrent", self._d.cuCtxSetCurrent(self._ctx))
+            self.drv.check("cuCtxSetCurrent", self._d.cuCtxSetCurrent(self._ctx))
 
     # -- code objects ------------------------------------------------------------------------
-    def _load_module(self, binary: bytes):
-        return self._call("cuModuleLoadData", self._d.cuModuleLoadData(binary))
-
-    def _get_function(self, module, name: str):
-        return self._call(f"cuModuleGetFunction({name})", self._d.cuModuleGetFunction(module, name.encode()))
-
     def _prepare_function(self, handle, shared: int) -> None:
         d = self._d
         if shared > _DEFAULT_SHARED:
-            self._call(
+            self.drv.check(
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
                 d.cuFuncSetAttribute(
                     handle, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared
@@ -152,78 +135,14 @@ class CudaBackend(Backend):
             out.append((int(res[1]), int(res[2])))
         return out
 
-    def _occupancy(self, handle, threads: int, shared: int) -> int:
-        return self._call(
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-            self._d.cuOccupancyMaxActiveBlocksPerMultiprocessor(handle, threads, shared),
-        )
-
-    # -- memory ------------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> int:
-        self.activate()
-        return int(self._call(f"cuMemAlloc({nbytes})", self._d.cuMemAlloc(max(int(nbytes), 1))))
-
-    def free(self, ptr: int) -> None:
-        self.activate()
-        self._call("cuMemFree", self._d.cuMemFree(ptr))
-
-    def memset(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
-        (err,) = self._memset(ptr, byte, nbytes, stream)
-        if err != self._success:
-            raise BackendError(f"cuMemsetD8Async({ptr:#x}, {byte}, {nbytes}) failed: {self._errstr(err)}")
-
-    def memcpy_htod(self, dst: int, src, nbytes: int) -> None:
-        addr, _keep = host_address(src, nbytes, writable=False)
-        self.activate()
-        self._call("cuMemcpyHtoD", self._d.cuMemcpyHtoD(dst, addr, nbytes))
-
-    def memcpy_dtoh(self, dst, src: int, nbytes: int) -> None:
-        addr, _keep = host_address(dst, nbytes, writable=True)
-        self.activate()
-        self._call("cuMemcpyDtoH", self._d.cuMemcpyDtoH(addr, src, nbytes))
-
-    # -- launch ------------------------------------------------------------------------------
-    def launch(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
-        if not isinstance(kernargs, KernargBuffer):
-            kernargs = self._as_kernargs(kernargs)
-        (err,) = self._launch(fn.handle, grid, 1, 1, threads, 1, 1, shared, stream, None, kernargs.extra)
-        if err != self._success:
-            raise BackendError(
-                f"cuLaunchKernel({fn.name}, grid={grid}, threads={threads}, shared={shared}) failed: {self._errstr(err)}"
-            )
-
     # -- streams and events ------------------------------------------------------------------
     def stream_create(self) -> int:
         self.activate()
-        s = self._call("cuStreamCreate", self._d.cuStreamCreate(int(self._d.CUstream_flags.CU_STREAM_NON_BLOCKING)))
-        return int(s)
-
-    def stream_destroy(self, stream: int) -> None:
-        self._call("cuStreamDestroy", self._d.cuStreamDestroy(stream))
-
-    def stream_synchronize(self, stream: int) -> None:
-        self._call("cuStreamSynchronize", self._d.cuStreamSynchronize(stream))
-
-    def synchronize(self) -> None:
-        self.activate()
-        self._call("cuCtxSynchronize", self._d.cuCtxSynchronize())
+        return int(self.drv.check("cuStreamCreate", self._d.cuStreamCreate(int(self._d.CUstream_flags.CU_STREAM_NON_BLOCKING))))
 
     def event_create(self):
         self.activate()
-        return self._call("cuEventCreate", self._d.cuEventCreate(int(self._d.CUevent_flags.CU_EVENT_DEFAULT)))
-
-    def event_record(self, event, stream: int = 0) -> None:
-        self._call("cuEventRecord", self._d.cuEventRecord(event, stream))
-
-    def event_synchronize(self, event) -> None:
-        self._call("cuEventSynchronize", self._d.cuEventSynchronize(event))
-
-    def event_elapsed_ms(self, start, end) -> float:
-        fn = getattr(self._d, "cuEventElapsedTime", None) or self._d.cuEventElapsedTime_v2
-        return float(self._call("cuEventElapsedTime", fn(start, end)))
-
-    def event_destroy(self, event) -> None:
-        self._call("cuEventDestroy", self._d.cuEventDestroy(event))
+        return self.drv.check("cuEventCreate", self._d.cuEventCreate(int(self._d.CUevent_flags.CU_EVENT_DEFAULT)))
 
     def pointer_device(self, ptr: int) -> int | None:
         d = self._d
