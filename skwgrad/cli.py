@@ -100,12 +100,13 @@ REDUCTION_CHOICES = ("auto", "linear", "tree", "atomic", "workspace", "direct", 
 @click.option("--tile", type=clikit.Tile(), default="128x128x64", show_default=True, help="BMxBNxBK")
 @click.option("--streamk", type=click.Choice(STREAMK_CHOICES), default="auto", show_default=True,
               help="auto: run-from-cache's rule for a cache holding every kernel of this tile; dp_sk/persistent: that stream-K mode; off: split-K")  # fmt: skip
-@click.option("--streamk-reductions", "--reduction", "reduction", type=click.Choice(REDUCTION_CHOICES), default="auto", show_default=True,
+@click.option("--reduction", "reduction", type=click.Choice(REDUCTION_CHOICES), default="auto", show_default=True,
               help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage; auto: the selection rule's")  # fmt: skip
 @click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default for the arch")
 @click.option("--ks-count", type=clikit.IntRange32(min=1), default=None, help="split-K degree (default: the selection rule's)")
 @click.option("--flags-per-cta", type=clikit.IntRange32(), default=1, show_default=True, help="flags each SK CTA publishes (the kernel's protocol)")
 @clikit.json_option
+@clikit.alias("--streamk-reductions", "reduction", type=click.Choice(REDUCTION_CHOICES))
 def plan(problem_text, arch, tile, streamk, reduction, streamk_ctas, ks_count, flags_per_cta, as_json):
     """Show the GEMM view, partition, grid, workspace and kernarg block of one launch (no GPU)."""
     from skwgrad.abi.plan_report import format_report, plan_report

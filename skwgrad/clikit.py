@@ -257,3 +257,33 @@ def arch_option(*, multiple: bool = True, default=None, help: str | None = None)
         "--arch", "arches" if multiple else "arch", multiple=multiple, type=CommaChoice(arch_names()), default=default,
         help=help or f"target(s): {', '.join(arch_names())}; a comma list or repeated",
     )  # fmt: skip
+
+
+def alias(old: str, dest: str, **option_kw):
+    """A hidden old spelling of an option (``alias("--tiles", "tile")``): given alone it sets
+    ``dest``; given with the new spelling, the values must agree (lists are joined). Put it
+    below ``@click.command`` with the other options."""
+    import functools
+
+    hidden = "_alias_" + dest
+
+    def deco(f):
+        @functools.wraps(f)
+        def wrapper(*args, **kw):
+            v = kw.pop(hidden)
+            if v is None or v == ():
+                return f(*args, **kw)
+            ctx = click.get_current_context()
+            cur = kw.get(dest)
+            given = ctx.get_parameter_source(dest) not in (None, click.core.ParameterSource.DEFAULT)
+            if option_kw.get("multiple"):
+                kw[dest] = tuple(cur or ()) + tuple(v)
+            elif given and cur != v:
+                raise click.UsageError(f"{old} is the old name of --{dest.replace('_', '-')}; give one of them")
+            else:
+                kw[dest] = v
+            return f(*args, **kw)
+
+        return click.option(old, hidden, hidden=True, default=None, **option_kw)(wrapper)
+
+    return deco

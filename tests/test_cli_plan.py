@@ -24,7 +24,7 @@ def plan_json(*args):
 
 
 def test_plan_spec_example_streams_k():
-    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--streamk-reductions", "linear")
+    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--reduction", "linear")
     part = r["partition"]
     # M = 64, Ng = 9 * 64 = 576, Kg = 32 * 56 * 56: 1 x 5 tiles of 128x128, 1568 iterations each.
     assert r["tiling"]["num_tiles"] == math.ceil(64 / 128) * math.ceil(576 / 128) == 5
@@ -45,7 +45,7 @@ def test_plan_spec_example_streams_k():
 
 
 def test_plan_kernarg_table():
-    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--streamk-reductions", "linear")
+    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--reduction", "linear")
     args = {a["name"]: a for a in r["kernargs"]["args"]}
     assert args["dy"]["offset"] == 0 and args["dy"]["value"] == "<dy>"
     assert args["ws_ptr"]["value"] == "0 (reserved)" and args["ws_bytes"]["value"] == "0 (reserved)"
@@ -58,7 +58,7 @@ def test_plan_kernarg_table():
 
 
 def test_plan_text_output():
-    r = run("--problem", PROBLEM, "--arch", "gfx942", "--streamk-reductions", "linear")
+    r = run("--problem", PROBLEM, "--arch", "gfx942", "--reduction", "linear")
     assert r.exit_code == 0, r.output
     assert "partition pool=304" in r.stdout and "sk_ctas=304" in r.stdout
     assert "kernargs" in r.stdout and "sk_epoch" in r.stdout
@@ -138,7 +138,7 @@ def test_plan_unknown_arch():
         (["--streamk", "off", "--reduction", "tree"], "wgrad epilogue 'tree' is not one of"),
         (["--streamk", "off", "--ks-count", "5000"], "ks_count must be in [1, 1568]"),
         (["--streamk", "off", "--reduction", "direct", "--ks-count", "2"], "the direct split-K epilogue stores dW once"),
-        (["--streamk-reductions", "linear", "--flags-per-cta", "0"], "flags_per_cta > 0"),
+        (["--reduction", "linear", "--flags-per-cta", "0"], "flags_per_cta > 0"),
     ],
 )
 def test_plan_refusals(args, needle):

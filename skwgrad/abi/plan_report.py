@@ -89,7 +89,7 @@ def resolve_choice(problem: ConvProblem, *, tile, cus: int, streamk: str, reduct
                 ok, why = _streamk_fits(problem, tile, cus, pool)
                 if ok:
                     return {"family": "wgrad_sk", "variant": red, "mode": mode, "pool": pool, "ks_count": 1, "reason": why}
-                notes.append(f"{mode}/{red}: {why}")
+                notes.append(why)
     t = problem.tiling(*tile)
     want = ks_count if ks_count is not None else max(1, min(cus // t.num_tiles, t.iters_per_tile))
     if reduction in SPLITK_EPILOGUES:
@@ -106,7 +106,7 @@ def resolve_choice(problem: ConvProblem, *, tile, cus: int, streamk: str, reduct
         n = want
         if variant == "two_stage":
             n = max(1, min(n, (I32_MAX - 255) // (4 * problem.dw_numel)))
-    reason = f"split-K ks_count={n}" + (f" ({'; '.join(dict.fromkeys(notes))})" if notes else "")
+    reason = f"split-K ks_count={n}" + (f" (not stream-K: {'; '.join(dict.fromkeys(notes))})" if notes else "")
     return {"family": "wgrad", "variant": variant, "mode": "", "pool": 0, "ks_count": n, "reason": reason}
 
 
@@ -186,7 +186,7 @@ def format_report(r: dict) -> str:
     out.append(f"kernel    {k['family']} / {k['variant']}{' / ' + k['mode'] if k['mode'] else ''}, tile {k['tile']}")
     sel = r.get("selection")
     if sel:
-        out.append(f"selection --streamk {sel['streamk']} --streamk-reductions {sel['reduction']}: {sel['reason']}")
+        out.append(f"selection --streamk {sel['streamk']} --reduction {sel['reduction']}: {sel['reason']}")
     g = r["gemm"]
     out.append(f"gemm      G={g['groups']} M={g['M']} N={g['N']} K={g['K']}  (output {g['output']}, {g['gflop']} GFLOP)")
     t = r["tiling"]
