@@ -374,7 +374,9 @@ def _ascii_int(text: str) -> int | None:
 def _dims(text: str, key: str) -> tuple[int, ...]:
     parts = [_ascii_int(p) for p in text.split("x")]
     if any(v is None for v in parts):
-        raise ProblemError(f"{key}={text!r}: expected a non-negative integer or integers joined by 'x' (ASCII digits, e.g. 1 or 2x1)")
+        if any(p.startswith("-") and _ascii_int(p[1:]) is not None for p in text.split("x")):
+            raise ProblemError(f"{key}={text!r}: {key} must be >= 0 in every dim")
+        raise ProblemError(f"{key}={text!r}: expected an integer or integers joined by 'x' (ASCII digits, e.g. 1 or 2x1)")
     return tuple(parts)
 
 
@@ -392,7 +394,7 @@ def problem_from_fields(fields: dict[str, str]) -> ConvProblem:
             return default
         v = _ascii_int(fields[key])
         if v is None:
-            raise ProblemError(f"{key}={fields[key]!r} is not a non-negative integer in ASCII digits")
+            raise ProblemError(f"{key}={fields[key]!r} is not an integer (ASCII digits 0-9, no sign)")
         return v
 
     d, z = integer("d", 1), integer("z", 1)
