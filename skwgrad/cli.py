@@ -44,12 +44,7 @@ class _Group(click.Group):
             except ImportError as e:
                 if not _compiler_missing(e):
                     raise
-                click.echo(
-                    f"error: `skwgrad {name}` builds kernels and needs the compiler (Triton), which is not "
-                    f"installed; install it with `pip install 'skwgrad[build]'` (the GPU machine does not need it)",
-                    err=True,
-                )  # fmt: skip
-                sys.exit(EXIT_ENVIRONMENT)
+                return _needs_compiler(name)
         return super().get_command(ctx, name)
 
     def invoke(self, ctx):
@@ -61,11 +56,27 @@ class _Group(click.Group):
         except ImportError as e:
             if not _compiler_missing(e):
                 raise
-            click.echo(
-                "error: this needs the compiler (Triton), which is not installed; "
-                "install it with `pip install 'skwgrad[build]'`", err=True,
-            )  # fmt: skip
+            click.echo(f"error: this {NEEDS_COMPILER}", err=True)
             sys.exit(EXIT_ENVIRONMENT)
+
+
+NEEDS_COMPILER = (
+    "needs the compiler (Triton), which is not installed here; install it with "
+    "`pip install 'skwgrad[build]'` (a GPU machine that runs from a cache does not need it)"
+)
+
+
+def _needs_compiler(name: str) -> click.Command:
+    """A stand-in for a command whose module needs Triton: listed in --help, exits 3 when run."""
+
+    @click.command(name, context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+                   help=f"(not available: {NEEDS_COMPILER})", add_help_option=False)  # fmt: skip
+    @click.pass_context
+    def stub(ctx):
+        click.echo(f"error: `skwgrad {name}` {NEEDS_COMPILER}", err=True)
+        ctx.exit(EXIT_ENVIRONMENT)
+
+    return stub
 
 
 def _escape_lines(text: str) -> str:
