@@ -28,8 +28,12 @@ _LAZY = {
 log = logging.getLogger("skwgrad.cli")
 
 
+# Modules of the build extra (`pip install 'skwgrad[build]'`): the runtime install lacks them.
+BUILD_MODULES = ("triton", "tqdm")
+
+
 def _compiler_missing(e: ImportError) -> bool:
-    return (getattr(e, "name", "") or "").split(".")[0] == "triton"
+    return (getattr(e, "name", "") or "").split(".")[0] in BUILD_MODULES
 
 
 class _Group(click.Group):
@@ -61,7 +65,7 @@ class _Group(click.Group):
 
 
 NEEDS_COMPILER = (
-    "needs the compiler (Triton), which is not installed here; install it with "
+    "needs the build extra (the Triton compiler), which is not installed here; install it with "
     "`pip install 'skwgrad[build]'` (a GPU machine that runs from a cache does not need it)"
 )
 
@@ -135,13 +139,15 @@ def plan(problem_text, arch, tile, streamk, reduction, streamk_ctas, ks_count, f
 @main.command()
 @clikit.cache_option
 @clikit.json_option
-def doctor(cache_dir, as_json):
+@click.pass_context
+def doctor(ctx, cache_dir, as_json):
     """What this machine can do: GPU runtime and device, cache layers, stale entries, compiler.
 
     Exits 0 whatever it finds (it reports; it does not check)."""
     from skwgrad.doctor import diagnose, format_diagnosis
 
-    d = diagnose(cache_dir)
+    from_env = ctx.get_parameter_source("cache_dir") == click.core.ParameterSource.ENVIRONMENT
+    d = diagnose(None if from_env else cache_dir)
     if as_json:
         clikit.emit_json(d)
         return

@@ -168,7 +168,8 @@ def diagnose(cache_dir=None) -> dict:
     if gpu:
         summary.append(f"GPU: {gpu['name']} ({gpu['arch']}, {gpu['compute_units']} CUs) through {gpu['backend']}")
     else:
-        summary.append("no usable GPU: plan, cache and compile-all work here; run-from-cache and wgrad() need a GPU (exit 3)")
+        here = "plan, cache, doctor" + (" and compile-all" if compiler["can_build"] else "")
+        summary.append(f"no usable GPU: {here} work here; run-from-cache and wgrad() need a GPU (they exit 3)")
     for c in caches:
         if c["error"]:
             summary.append(f"{c['role']} cache {c['path']}: {c['error']}")

@@ -131,6 +131,14 @@ def test_doctor_json_schema(tmp_path, monkeypatch):
     assert not (tmp_path / "c").exists(), "doctor never creates a cache"
 
 
+def test_doctor_names_where_the_cache_path_came_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("SKWGRAD_CACHE", str(tmp_path / "env"))
+    doc = validate(invoke("doctor", "--json").stdout, DOCTOR_SCHEMA)
+    assert (doc["caches"][0]["path"], doc["caches"][0]["source"]) == (str(tmp_path / "env"), "SKWGRAD_CACHE")
+    doc = validate(invoke("doctor", "--json", "--cache", str(tmp_path / "opt")).stdout, DOCTOR_SCHEMA)
+    assert (doc["caches"][0]["path"], doc["caches"][0]["source"]) == (str(tmp_path / "opt"), "--cache")
+
+
 def test_doctor_counts_current_and_stale_entries(tmp_path, monkeypatch):
     from test_cache import SMOKE, fake
 
@@ -464,3 +472,22 @@ def test_json_document_shape(tmp_path):
     with pytest.raises(clikit.OutputError) as e:
         clikit.write_json(tmp_path / "missing" / "d.json", {})
     assert e.value.exit_code == 3 and "choose another --out path" in str(e.value)
+
+
+@pytest.mark.parametrize("module", ["triton", "triton.compiler", "tqdm"])
+def test_a_missing_build_module_exits_3_with_the_install_command(monkeypatch, module):
+    def boom(*a, **k):
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+    monkeypatch.setattr(PR, "plan_report", boom)
+    r = invoke("plan", "--problem", P)
+    assert r.exit_code == 3 and "pip install 'skwgrad[build]'" in r.stderr and "Traceback" not in r.output
+
+
+def test_another_missing_module_is_not_hidden(monkeypatch):
+    def boom(*a, **k):
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+
+    monkeypatch.setattr(PR, "plan_report", boom)
+    r = invoke("plan", "--problem", P)
+    assert r.exit_code == 1 and isinstance(r.exception, ModuleNotFoundError)  # a real bug stays a traceback

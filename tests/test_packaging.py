@@ -67,6 +67,7 @@ def test_test_extra_installs_everything_ci_needs():
     ("rocm70", "hip-python", ["7.0.2.555.40"], ["6.4.4.555.40", "7.1.0.555.40"]),
     ("rocm71", "hip-python", ["7.1.1.562.43"], ["7.0.2.555.40", "7.2.0.562.43"]),
     ("rocm72", "hip-python", ["7.2.2.562.43"], ["7.1.1.562.43", "10.0.0.0.1.2"]),
+    ("rocm", "hip-python", ["7.2.2.562.43"], ["6.4.4.555.40", "10.0.0.0.1.2"]),
 ])  # fmt: skip
 def test_backend_extras_are_pinned_to_one_release_line(extra, package, inside, outside):
     (req,) = [Requirement(r) for r in PROJECT["optional-dependencies"][extra]]
