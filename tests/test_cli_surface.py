@@ -491,3 +491,16 @@ def test_another_missing_module_is_not_hidden(monkeypatch):
     monkeypatch.setattr(PR, "plan_report", boom)
     r = invoke("plan", "--problem", P)
     assert r.exit_code == 1 and isinstance(r.exception, ModuleNotFoundError)  # a real bug stays a traceback
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"name,n,in_channels,out_channels,h,w,y,x\na,2,8,8,9,9,3,3\nb,2,8,8,9,9,3,3,7\n", "line 3 (b): more fields than the header names"),
+    (b"name,n,in_channels,out_channels,h,w,y,x\na,2,8,8,9,9,3,\xd9\xa3\n", "line 2 (a): x='\u0663' is not an integer"),
+    (b"\xff\xfe\x00\x01", "cannot read the corpus"),
+])  # fmt: skip
+def test_bad_corpus_is_a_clear_error(tmp_path, content, needle, monkeypatch):
+    monkeypatch.setattr(B, "get_backend", lambda device=None, kind=None: pytest.fail("device probed before the corpus was read"))
+    f = tmp_path / "c.csv"
+    f.write_bytes(content)
+    r = invoke("run-from-cache", "--corpus", str(f))
+    assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output, r.output

@@ -492,8 +492,26 @@ def from_row(row: dict[str, str]) -> ConvProblem:
 
 
 def read_corpus(path) -> list[tuple[str, str, ConvProblem]]:
-    """(name, regime, problem) for each row of a corpus CSV."""
+    """(name, regime, problem) for each row of a corpus CSV. A bad row is refused naming its
+    line and name; an unreadable file names the file."""
     import csv
 
-    with open(path, newline="") as f:
-        return [(r.get("name", ""), r.get("regime", ""), from_row(r)) for r in csv.DictReader(f)]
+    out = []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            for r in reader:
+                name = r.get("name") or ""
+                where = f"{path} line {reader.line_num}" + (f" ({name})" if name else "")
+                if None in r:
+                    raise ProblemError(f"{where}: more fields than the header names")
+                try:
+                    out.append((name, r.get("regime") or "", from_row(r)))
+                except ProblemError as e:
+                    raise ProblemError(f"{where}: {e}") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ProblemError(
+            f"cannot read the corpus {path}: {getattr(e, 'strerror', None) or e}; give a UTF-8 CSV with a header row "
+            f"(name,n,in_channels,out_channels,...; see tests/data/wgrad_shapes.csv)"
+        ) from None
+    return out
