@@ -242,3 +242,10 @@ def test_every_environment_variable_is_documented():
 def test_readme_documents_exit_codes_and_extras():
     for needle in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "skwgrad[build]", "skwgrad[cuda12]", "skwgrad[rocm64]", "skwgrad doctor"):
         assert needle in README, needle
+
+
+def test_version_is_one_number():
+    import skwgrad
+
+    assert skwgrad.__version__ == PROJECT["version"] == importlib.metadata.version("skwgrad")
+    assert {"wgrad", "plan", "tune"} <= set(dir(skwgrad))
