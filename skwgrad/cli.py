@@ -56,7 +56,13 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except SkwgradError as e:  # a refusal the user can act on: no traceback
             click.echo(f"error: {_escape_lines(str(e))}", err=True)
+            if ctx.meta.get(clikit.JSON_META):
+                clikit.emit_json(clikit.error_document(e, e.exit_code))
             sys.exit(e.exit_code)
+        except click.UsageError as e:  # click prints it and exits 2; a --json caller also gets a document
+            if ctx.meta.get(clikit.JSON_META):
+                clikit.emit_json(clikit.error_document(e, e.exit_code))
+            raise
         except ImportError as e:
             if not _compiler_missing(e):
                 raise

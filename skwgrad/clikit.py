@@ -213,7 +213,27 @@ def cache_option(f=None, *, help_extra: str = ""):
     return opt(f) if f is not None else opt
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help='machine-readable output on stdout: one JSON object with "version": 1')
+JSON_META = "skwgrad.json"
+
+
+def _note_json(ctx, param, value):
+    """Remember on the root context that this command answers in JSON, so the group's error
+    handler answers in JSON too (``error_document``)."""
+    if value:
+        ctx.find_root().meta[JSON_META] = True
+    return value
+
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, callback=_note_json,
+    help='machine-readable output on stdout: one JSON object with "version": 1 (an error too)',
+)  # fmt: skip
+
+
+def error_document(e: Exception, exit_code: int) -> dict:
+    """The ``--json`` answer of a command that failed, for ``emit_json``: it prints
+    ``{"version": 1, "error": {"type", "exit_code", "message"}}``."""
+    return {"error": {"type": type(e).__name__, "exit_code": exit_code, "message": str(e)}}
 
 
 # ---------------------------------------------------------------------------------------------

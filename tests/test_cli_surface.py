@@ -504,3 +504,24 @@ def test_bad_corpus_is_a_clear_error(tmp_path, content, needle, monkeypatch):
     f.write_bytes(content)
     r = invoke("run-from-cache", "--corpus", str(f))
     assert r.exit_code == 2 and needle in r.stderr and "Traceback" not in r.output, r.output
+
+
+ERROR_SCHEMA = top({"error": obj({"type": STR, "exit_code": {"enum": [1, 2, 3]}, "message": STR})})
+
+
+@pytest.mark.parametrize("args, code, kind", [
+    (["plan", "--problem", "N=2", "--json"], 2, "ProblemError"),
+    (["plan", "--json", "--problem", P, "--streamk", "off", "--ks-count", "99999"], 2, "ProblemError"),
+    (["run-from-cache", "--json"], 2, "UsageError"),
+    (["run-from-cache", "--json", "--problem", SMALL], 3, "BackendError"),
+])  # fmt: skip
+def test_json_errors_are_documents_too(args, code, kind, monkeypatch):
+    def no_gpu(device=None, kind=None):
+        raise BackendError("no GPU runtime with a usable device found")
+
+    monkeypatch.setattr(B, "get_backend", no_gpu)
+    r = invoke(*args)
+    assert r.exit_code == code, r.output
+    doc = validate(r.stdout, ERROR_SCHEMA)
+    assert doc["error"]["type"] == kind and doc["error"]["exit_code"] == code
+    assert r.stderr.strip(), "the message is on stderr as well"
