@@ -54,8 +54,10 @@ def _runtime(kind: str) -> dict:
         "backend": kind,
         "bindings": {"package": dist, "installed": present, "version": _dist_version(dist) if present else None},
         "driver_library": _driver_library(lib),
+        "driver_version": None,
         "device": None,
         "error": None,
+        "notes": [],
     }
     if not present:
         info["error"] = f"{dist} is not installed: {_EXTRAS[kind]}"
@@ -68,12 +70,44 @@ def _runtime(kind: str) -> dict:
             "name": be.device_name, "arch": be.arch, "compute_units": be.compute_units,
             "ordinal": getattr(be, "device", None), "binary_kind": getattr(be, "binary_kind", None),
         }  # fmt: skip
+        info["driver_version"] = _driver_version(kind)
+        _version_notes(info)
     except Exception as e:  # noqa: BLE001  (BackendError or a broken binding: report it)
         text = str(e)
         # get_backend lists one reason per runtime ("\n  cuda: ..."): keep this runtime's.
         mine = [ln.strip()[len(kind) + 2 :] for ln in text.splitlines() if ln.strip().startswith(f"{kind}: ")]
         info["error"] = " ".join((mine[0] if mine else text).split()) or type(e).__name__
     return info
+
+
+def _driver_version(kind: str) -> str | None:
+    """The driver's CUDA version ("12.4") or the HIP driver/runtime version, best effort."""
+    try:
+        if kind == "cuda":
+            from skwgrad.launcher.backends.cuda import import_driver
+
+            err, v = import_driver().cuDriverGetVersion()
+            return f"{int(v) // 1000}.{int(v) % 1000 // 10}" if int(err) == 0 else None
+        from hip import hip
+
+        err, v = hip.hipDriverGetVersion()
+        return str(int(v)) if int(err) == 0 else None
+    except Exception:  # noqa: BLE001  (a probe: never fail the report)
+        return None
+
+
+def _version_notes(info: dict) -> None:
+    """cuda-bindings of a newer CUDA major than the driver's loads, then fails on calls."""
+    b, drv = info["bindings"]["version"], info["driver_version"]
+    if info["backend"] == "cuda" and b and drv:
+        try:
+            if int(b.split(".")[0]) > int(drv.split(".")[0]):
+                info["notes"].append(
+                    f"cuda-bindings {b} is newer than the driver's CUDA {drv}: "
+                    f"install skwgrad[cuda{drv.split('.')[0]}] (or update the driver)"
+                )  # fmt: skip
+        except ValueError:
+            pass
 
 
 def _cache_layers(cache_dir) -> list[tuple[str, Path, str]]:
@@ -178,6 +212,8 @@ def diagnose(cache_dir=None) -> dict:
         else:
             n = c["entries"]
             summary.append(f"{c['role']} cache {c['path']}: {n['current']} current, {n['stale']} stale entries" + ("" if c["writable"] else " (read-only)"))
+    for r in runtimes:
+        summary += r["notes"]
     summary.append(compiler["note"])
     return {
         "skwgrad": __version__,
@@ -205,7 +241,8 @@ def format_diagnosis(d: dict) -> str:
         rows.append((
             r["backend"], f"{b['package']} {b['version']}" if b["installed"] else f"{b['package']}: not installed",
             r["driver_library"] or "not found",
-            f"{dev['name']} ({dev['arch']}, {dev['compute_units']} CUs)" if dev else (r["error"] or "no device"),
+            (f"{dev['name']} ({dev['arch']}, {dev['compute_units']} CUs)" + (f", driver {r['driver_version']}" if r["driver_version"] else ""))
+            if dev else (r["error"] or "no device"),
         ))  # fmt: skip
     out += [table(rows, ["runtime", "bindings", "driver library", "device"]), ""]
     rows = []

@@ -75,7 +75,7 @@ RUN_SCHEMA = top({
 })  # fmt: skip
 
 _RUNTIME = obj({"backend": {"enum": ["cuda", "hip"]}, "bindings": obj({"package": STR, "installed": BOOL, "version": {"anyOf": [STR, NULL]}}),
-                "driver_library": {"anyOf": [STR, NULL]}, "device": {"anyOf": [NULL, obj({"name": STR, "arch": STR, "compute_units": INT}, ["name", "arch", "compute_units"])]},
+                "driver_library": {"anyOf": [STR, NULL]}, "driver_version": {"anyOf": [STR, NULL]}, "notes": {"type": "array", "items": STR}, "device": {"anyOf": [NULL, obj({"name": STR, "arch": STR, "compute_units": INT}, ["name", "arch", "compute_units"])]},
                 "error": {"anyOf": [STR, NULL]}})  # fmt: skip
 _COUNTS = obj({"total": INT, "current": INT, "stale": INT, "stale_compiler": INT, "stale_source": INT})
 DOCTOR_SCHEMA = top({
@@ -525,3 +525,18 @@ def test_json_errors_are_documents_too(args, code, kind, monkeypatch):
     doc = validate(r.stdout, ERROR_SCHEMA)
     assert doc["error"]["type"] == kind and doc["error"]["exit_code"] == code
     assert r.stderr.strip(), "the message is on stderr as well"
+
+
+def test_doctor_reports_the_device(fake_gpu, tmp_path):
+    from skwgrad import doctor
+
+    r = invoke("doctor", "--json", "--cache", str(tmp_path / "c"))
+    doc = validate(r.stdout, DOCTOR_SCHEMA)
+    installed = [rt for rt in doc["runtimes"] if rt["bindings"]["installed"]]
+    if not installed:
+        pytest.skip("no GPU bindings installed")
+    assert doc["gpu"]["arch"] == "sm_90" and doc["gpu"]["compute_units"] == 8
+    assert doc["summary"][0].startswith("GPU: Fake sm_90 (sm_90, 8 CUs)")
+    info = {"backend": "cuda", "bindings": {"version": "13.5.0"}, "driver_version": "12.4", "notes": []}
+    doctor._version_notes(info)
+    assert "install skwgrad[cuda12]" in info["notes"][0]
