@@ -172,6 +172,29 @@ def flatten(values) -> tuple:
     return tuple(out)
 
 
+class CommaList(click.ParamType):
+    """A comma list whose items each go through ``item`` (a ``click.ParamType``), e.g.
+    ``CommaList(Tile())`` for ``--tile 64x64x32,128x128x64``; with ``multiple=True`` the option
+    may also be repeated (read it with ``flatten``)."""
+
+    def __init__(self, item: click.ParamType):
+        self.item = item
+        self.name = f"{item.name}[,...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        items = [v.strip() for v in str(value).split(",")]
+        if not all(items):
+            self.fail(f"{value!r}: empty item in the comma list", param, ctx)
+        out = []
+        for v in items:
+            got = self.item.convert(v, param, ctx)
+            if got not in out:
+                out.append(got)
+        return tuple(out)
+
+
 class Tile(click.ParamType):
     """``BMxBNxBK`` (positive integers, ASCII digits) -> ``(bm, bn, bk)``."""
 

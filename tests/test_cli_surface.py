@@ -540,3 +540,11 @@ def test_doctor_reports_the_device(fake_gpu, tmp_path):
     info = {"backend": "cuda", "bindings": {"version": "13.5.0"}, "driver_version": "12.4", "notes": []}
     doctor._version_notes(info)
     assert "install skwgrad[cuda12]" in info["notes"][0]
+
+
+def test_comma_list_of_tiles():
+    t = clikit.CommaList(clikit.Tile())
+    assert t.convert("64x64x32, 128X128x64,64x64x32", None, None) == ((64, 64, 32), (128, 128, 64))
+    for bad in ("64x64", "64x64x32,,", "0x1x1", "６4x64x32"):
+        with pytest.raises(Exception):
+            t.convert(bad, None, None)

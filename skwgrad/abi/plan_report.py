@@ -209,7 +209,8 @@ def format_report(r: dict) -> str:
         + (f"{w['stage2_replicas']} replica(s), {w['stage2_grid']} CTAs" if w["stage2_replicas"] else "none")
     )
     out.append(f"kernargs  {r['kernargs']['bytes']} bytes (+ the compiler's trailing scratch pointers, null)")
-    out.append(f"  {'offset':>6}  {'size':>4}  {'name':<18} value")
-    for a in r["kernargs"]["args"]:
-        out.append(f"  {a['offset']:>6}  {a['size']:>4}  {a['name']:<18} {a['value']}")
+    from skwgrad.clikit import table
+
+    rows = [(a["offset"], a["size"], a["name"], a["value"]) for a in r["kernargs"]["args"]]
+    out += ["  " + line for line in table(rows, ["offset", "size", "name", "value"], align=["right", "right", "left", "left"]).splitlines()]
     return "\n".join(out)
