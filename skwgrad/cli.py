@@ -12,7 +12,6 @@ Exit codes, decided here in one place (``_Group.invoke``) from the error classes
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 
 import click
@@ -25,7 +24,6 @@ _LAZY = {
     "cache": "skwgrad.cache.commands:cache",
     "run-from-cache": "skwgrad.launcher.commands:run_from_cache",
 }
-log = logging.getLogger("skwgrad.cli")
 
 
 # Modules of the build extra (`pip install 'skwgrad[build]'`): the runtime install lacks them.
