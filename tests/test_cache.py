@@ -317,7 +317,7 @@ def test_import_verifies_every_object_and_imports_nothing_from_a_damaged_file(ca
     with pytest.raises(CacheError, match="export"):
         dst_cache.import_(tmp_path / "junk.tar")
     r = CliRunner().invoke(main, ["cache", "import", str(bad), "--cache", str(dst_cache.path)])
-    assert r.exit_code == 2 and r.output.startswith("error:")
+    assert r.exit_code == 3 and r.output.startswith("error:")
 
 
 # -- concurrent writers ---------------------------------------------------------------------------
@@ -394,7 +394,7 @@ def test_unusable_cache_paths_say_what_to_do(tmp_path):
         Cache(d)
     assert (d / "index.sqlite").read_bytes() == b"this is not sqlite" * 100  # nothing deleted
     r = CliRunner().invoke(main, ["cache", "ls", "--cache", str(d)])
-    assert r.exit_code == 2 and r.output.startswith("error:") and "Traceback" not in r.output
+    assert r.exit_code == 3 and r.output.startswith("error:") and "Traceback" not in r.output
 
 
 def test_read_only_cache_serves_but_refuses_writes(cache, monkeypatch):
@@ -434,7 +434,7 @@ def test_cache_commands(cache, tmp_path):
     r = run("show", keys[SMOKE[0]][:10])
     assert json.loads(r.output)["label"] == SMOKE[0].label
     r = run("show", "no_such_kernel")
-    assert r.exit_code == 2 and "cache ls" in r.output
+    assert r.exit_code == 3 and "cache ls" in r.output
     assert run("verify").exit_code == 0
     r = run("gc")
     assert r.exit_code == 0 and "removed 0 stale entries" in r.output

@@ -24,7 +24,7 @@ def plan_json(*args):
 
 
 def test_plan_spec_example_streams_k():
-    r = plan_json("--problem", PROBLEM, "--arch", "gfx942")
+    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--reduction", "linear")
     part = r["partition"]
     # M = 64, Ng = 9 * 64 = 576, Kg = 32 * 56 * 56: 1 x 5 tiles of 128x128, 1568 iterations each.
     assert r["tiling"]["num_tiles"] == math.ceil(64 / 128) * math.ceil(576 / 128) == 5
@@ -50,7 +50,7 @@ def test_plan_spec_example_streams_k():
 
 
 def test_plan_kernarg_table():
-    r = plan_json("--problem", PROBLEM, "--arch", "gfx942")
+    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--reduction", "linear")
     args = {a["name"]: a for a in r["kernargs"]["args"]}
     assert args["dy"]["offset"] == 0 and args["dy"]["value"] == "<dy>"
     assert args["ws_ptr"]["value"] == "0 (reserved)" and args["ws_bytes"]["value"] == "0 (reserved)"
@@ -63,7 +63,7 @@ def test_plan_kernarg_table():
 
 
 def test_plan_text_output():
-    r = run("--problem", PROBLEM, "--arch", "gfx942")
+    r = run("--problem", PROBLEM, "--arch", "gfx942", "--reduction", "linear")
     assert r.exit_code == 0, r.output
     assert "partition pool=304" in r.stdout and "sk_ctas=304" in r.stdout
     assert "kernargs" in r.stdout and "sk_tree_rounds" in r.stdout and "flags@zeroed" in r.stdout
@@ -79,7 +79,7 @@ def test_plan_streamk_off():
     assert r["workspace"]["stage2_replicas"] == r["ks_count"]
     names = [a["name"] for a in r["kernargs"]["args"]]
     assert names[-1] == "ks_count" and not any(n.startswith("sk_") for n in names)
-    text = run("--problem", PROBLEM, "--streamk", "off")
+    text = run("--problem", PROBLEM, "--streamk", "off", "--ks-count", "1")
     assert text.exit_code == 0 and "split-K   ks_count=1" in text.stdout
 
 
@@ -130,7 +130,8 @@ def test_plan_bad_problem_exits_2(problem, needle):
 
 def test_plan_unknown_arch():
     r = run("--problem", PROBLEM, "--arch", "gfx900")
-    _refused(r, "error:", "arch 'gfx900' is not a skwgrad target; use one of gfx942, gfx950, sm_90")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "'gfx900' is not one of" in r.output and "gfx942" in r.output and "sm_90" in r.output
 
 
 @pytest.mark.parametrize(
@@ -138,11 +139,10 @@ def test_plan_unknown_arch():
     [
         (["--streamk-ctas", "0"], "streamk_ctas must be a positive CTA count or -1"),
         (["--streamk-ctas", "-5"], "streamk_ctas must be a positive CTA count or -1"),
-        (["--reduction", "two_stage"], "stream-K reduction 'two_stage' is not one of"),
+        (["--streamk", "dp_sk", "--reduction", "two_stage"], "stream-K reduction 'two_stage' is not one of"),
         (["--streamk", "off", "--reduction", "tree"], "wgrad epilogue 'tree' is not one of"),
         (["--streamk", "off", "--ks-count", "5000"], "ks_count must be in [1, 1568]"),
-        (["--streamk", "off", "--reduction", "direct", "--ks-count", "2"], "the direct epilogue stores dW once"),
-        (["--tile", "0x128x64"], "tile BM must be positive"),
+        (["--streamk", "off", "--reduction", "direct", "--ks-count", "2"], "the direct split-K epilogue stores dW once"),
     ],
 )
 def test_plan_refusals(args, needle):
@@ -154,6 +154,7 @@ def test_plan_refusals(args, needle):
     [
         ["--problem", PROBLEM, "--tile", "128x128"],
         ["--problem", PROBLEM, "--tile", "axbxc"],
+        ["--problem", PROBLEM, "--tile", "0x128x64"],
         ["--problem", PROBLEM, "--streamk", "both"],
         ["--problem", PROBLEM, "--streamk-ctas", "many"],
         [],  # --problem is required

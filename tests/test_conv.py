@@ -429,9 +429,11 @@ def test_parse_problem_pad_lo_pad_hi_and_dw_dtype():
     assert q.pad_lo == (0, 0, 0) and q.pad_hi == (0, 1, 1)
 
 
-def test_parse_problem_tolerates_spaces_case_and_empty_fields():
-    p = parse_problem(" N=2 , C=4,k=4,,h=5,w=5,y=1,x=1, ")
+def test_parse_problem_tolerates_spaces_and_empty_fields_but_not_uppercase_keys():
+    p = parse_problem(" n=2 , c=4,k=4,,h=5,w=5,y=1,x=1, ")
     assert (p.n, p.c) == (2, 4)
+    with pytest.raises(ProblemError, match="problem key 'N' must be lowercase: n"):
+        parse_problem(" N=2 , C=4,k=4,,h=5,w=5,y=1,x=1, ")
 
 
 @pytest.mark.parametrize(
@@ -442,7 +444,7 @@ def test_parse_problem_tolerates_spaces_case_and_empty_fields():
         ("n=1,c=1,k=1,h=1,w=1", "problem is missing y, x"),
         ("c=1,k=1,h=1,w=1,y=1,x=1", "problem is missing n"),
         ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,n=2", "problem key 'n' is given twice"),
-        ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,N=2", "problem key 'n' is given twice"),
+        ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,N=2", "problem key 'N' must be lowercase: n"),
         ("n=1,c=1,k=1,h=1,w=1,y=1,x", r"problem field 'x' is not key=value"),
         ("n=1,c=1,k=1,h=1,w=1,y=1,x=", r"problem field 'x=' is not key=value"),
         ("n=one,c=1,k=1,h=1,w=1,y=1,x=1", r"n='one' is not an integer"),
@@ -457,7 +459,7 @@ def test_parse_problem_tolerates_spaces_case_and_empty_fields():
         ("n=1,c=1,k=1,h=8,w=8,y=1,x=1,padding=1,pad_hi=1", "give either padding or pad_lo/pad_hi, not both"),
         ("n=0,c=1,k=1,h=1,w=1,y=1,x=1", "batch must be a positive integer|n must be a positive integer"),
         ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,stride=0", "stride must be positive in every dim"),
-        ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,padding=-1", "pad_lo must be >= 0 in every dim"),
+        ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,padding=-1", "padding must be >= 0 in every dim"),
         ("n=1,c=1,k=1,h=2,w=2,y=3,x=3", "empty output in H"),
         ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,dtype=fp64", "dtype 'fp64' is not supported"),
         ("n=1,c=1,k=1,h=1,w=1,y=1,x=1,dtype=fp16,dw_dtype=bf16", "dw_dtype 'bf16' is not supported"),

@@ -37,7 +37,7 @@ def run(*args):
 def test_runs_the_selected_kernel_verifies_and_writes_json(env, tmp_path):
     be, cache = env
     out = tmp_path / "r.json"
-    r = run("--problem", PROBLEM, "--verify", "--json", str(out))
+    r = run("--problem", PROBLEM, "--verify", "--out", str(out))
     assert r.exit_code == 0, r.output
     assert "Fake sm_90" in r.output and "yes" in r.output
     doc = json.loads(out.read_text())
@@ -54,7 +54,7 @@ def test_runs_the_selected_kernel_verifies_and_writes_json(env, tmp_path):
 
 def test_all_candidates_and_mode_filters(env, tmp_path):
     out = tmp_path / "r.json"
-    r = run("--problem", PROBLEM, "--all-candidates", "--json", str(out))
+    r = run("--problem", PROBLEM, "--all-candidates", "--out", str(out))
     assert r.exit_code == 0, r.output
     rows = json.loads(out.read_text())["rows"]
     kinds = {(x["family"], x["mode"], x["variant"]) for x in rows}
@@ -64,20 +64,20 @@ def test_all_candidates_and_mode_filters(env, tmp_path):
     for v in ("direct", "atomic", "two_stage"):
         assert ("wgrad", "splitk", v) in kinds
     assert all(x["ok"] for x in rows)
-    r = run("--problem", PROBLEM, "--streamk", "persistent", "--streamk-reductions", "tree,atomic", "--json", str(out))
+    r = run("--problem", PROBLEM, "--streamk", "persistent", "--streamk-reductions", "tree,atomic", "--out", str(out))
     assert r.exit_code == 0, r.output
     rows = json.loads(out.read_text())["rows"]
     assert {(x["mode"], x["variant"]) for x in rows} == {("persistent", "tree"), ("persistent", "atomic")}
-    r = run("--problem", PROBLEM, "--streamk", "off", "--all-candidates", "--json", str(out))
+    r = run("--problem", PROBLEM, "--streamk", "off", "--all-candidates", "--out", str(out))
     assert {x["family"] for x in json.loads(out.read_text())["rows"]} == {"wgrad"}
-    r = run("--problem", PROBLEM, "--streamk", "dp_sk", "--streamk-ctas", "3", "--streamk-reductions", "linear", "--json", str(out))
+    r = run("--problem", PROBLEM, "--streamk", "dp_sk", "--streamk-ctas", "3", "--streamk-reductions", "linear", "--out", str(out))
     (row,) = json.loads(out.read_text())["rows"]
     assert row["pool"] == 3 and row["sk_ctas"] == 3
 
 
 def test_bench_columns(env, tmp_path):
     out = tmp_path / "r.json"
-    r = run("--problem", PROBLEM, "--bench", "--iters", "5", "--warmup", "1", "--baseline", "cudnn", "--json", str(out))
+    r = run("--problem", PROBLEM, "--bench", "--iters", "5", "--warmup", "1", "--baseline", "cudnn", "--out", str(out))
     assert r.exit_code == 0, r.output
     (row,) = json.loads(out.read_text())["rows"]
     assert row["us"] > 0 and row["tflops"] > 0
@@ -116,7 +116,7 @@ def test_corpus(env, tmp_path):
         "tiny_grouped,2,8,8,2,1,8,8,1,3,3,2,1,1,fp32,grouped\n"
     )
     out = tmp_path / "r.json"
-    r = run("--corpus", str(csv), "--json", str(out))
+    r = run("--corpus", str(csv), "--out", str(out))
     assert r.exit_code == 0, r.output
     rows = json.loads(out.read_text())["rows"]
     assert [x["name"] for x in rows] == ["tiny_dense", "tiny_grouped"] and all(x["ok"] for x in rows)
@@ -126,7 +126,7 @@ def test_corpus(env, tmp_path):
 def test_tune_remembers_the_fastest_and_auto_then_runs_it(env, tmp_path):
     be, cache = env
     out = tmp_path / "r.json"
-    r = run("--problem", PROBLEM, "--tune", "--verify", "--json", str(out))
+    r = run("--problem", PROBLEM, "--tune", "--verify", "--out", str(out))
     assert r.exit_code == 0, r.output
     assert "tuned" in r.output
     from skwgrad.abi.conv import parse_problem

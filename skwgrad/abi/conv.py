@@ -364,11 +364,20 @@ _PROBLEM_KEYS = (
 )  # fmt: skip
 
 
+def _ascii_int(text: str) -> int | None:
+    """``text`` as a non-negative integer written in ASCII digits only, else None. (``int()``
+    also takes Unicode digits, signs, underscores and surrounding whitespace: a problem string
+    means exactly what it shows.)"""
+    return int(text) if text and text.isascii() and text.isdigit() else None
+
+
 def _dims(text: str, key: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in text.split("x"))
-    except ValueError:
-        raise ProblemError(f"{key}={text!r}: expected an integer or integers joined by 'x'") from None
+    parts = [_ascii_int(p) for p in text.split("x")]
+    if any(v is None for v in parts):
+        if any(p.startswith("-") and _ascii_int(p[1:]) is not None for p in text.split("x")):
+            raise ProblemError(f"{key}={text!r}: {key} must be >= 0 in every dim")
+        raise ProblemError(f"{key}={text!r}: expected an integer or integers joined by 'x' (ASCII digits, e.g. 1 or 2x1)")
+    return tuple(parts)
 
 
 def problem_from_fields(fields: dict[str, str]) -> ConvProblem:
@@ -383,10 +392,10 @@ def problem_from_fields(fields: dict[str, str]) -> ConvProblem:
     def integer(key, default=None):
         if key not in fields:
             return default
-        try:
-            return int(fields[key])
-        except ValueError:
-            raise ProblemError(f"{key}={fields[key]!r} is not an integer") from None
+        v = _ascii_int(fields[key])
+        if v is None:
+            raise ProblemError(f"{key}={fields[key]!r} is not an integer (ASCII digits 0-9, no sign)")
+        return v
 
     d, z = integer("d", 1), integer("z", 1)
     sd = 3 if (d != 1 or z != 1 or any(len(_dims(fields[k], k)) == 3 for k in ("stride", "padding", "pad_lo", "pad_hi", "dilation") if k in fields)) else 2
@@ -427,20 +436,44 @@ def problem_from_fields(fields: dict[str, str]) -> ConvProblem:
     )
 
 
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
+_BLANK = " \t"  # the only whitespace allowed around fields (NBSP and other Unicode spaces are not)
+
+
 def parse_problem(text: str) -> ConvProblem:
-    """Parse ``"n=32,c=64,k=64,h=56,w=56,y=3,x=3,stride=1,padding=1"``."""
+    """Parse ``"n=32,c=64,k=64,h=56,w=56,y=3,x=3,stride=1,padding=1"``.
+
+    Plain ASCII only: keys are the known lowercase names, numbers ASCII digits; spaces and tabs
+    may surround a field. Anything else (a non-breaking space, an Arabic-Indic digit, ``N=32``)
+    is refused with a message naming it, never read as something it only looks like."""
+    if not isinstance(text, str):
+        raise ProblemError(f"a problem is a string such as 'n=32,c=64,k=64,h=56,w=56,y=3,x=3', got {type(text).__name__}")
+    for i, ch in enumerate(text):
+        if not ch.isascii() or (not ch.isprintable() and ch not in _BLANK):
+            name = __import__("unicodedata").name(ch, "a control character")
+            raise ProblemError(
+                f"problem text has {name} (U+{ord(ch):04X}) at position {i}: write problems in plain ASCII "
+                f"(keys {', '.join(_PROBLEM_KEYS[:10])}, ...; digits 0-9)"
+            )
     fields: dict[str, str] = {}
     for part in text.split(","):
-        part = part.strip()
+        part = part.strip(_BLANK)
         if not part:
             continue
         key, sep, value = part.partition("=")
-        if not sep or not value.strip():
+        key, value = key.strip(_BLANK), value.strip(_BLANK)
+        if not sep or not value:
             raise ProblemError(f"problem field {part!r} is not key=value")
-        key = key.strip().lower()
+        if key not in _PROBLEM_KEYS:
+            if key.lower() in _PROBLEM_KEYS:
+                raise ProblemError(f"problem key {key!r} must be lowercase: {key.lower()}")
+            if not key or not set(key) <= _KEY_CHARS:
+                raise ProblemError(f"problem key {key!r} is not a name; known keys: {', '.join(_PROBLEM_KEYS)}")
         if key in fields:
             raise ProblemError(f"problem key {key!r} is given twice")
-        fields[key] = value.strip()
+        fields[key] = value
+    if not fields:
+        raise ProblemError("the problem is empty; give e.g. 'n=32,c=64,k=64,h=56,w=56,y=3,x=3'")
     return problem_from_fields(fields)
 
 
@@ -459,8 +492,26 @@ def from_row(row: dict[str, str]) -> ConvProblem:
 
 
 def read_corpus(path) -> list[tuple[str, str, ConvProblem]]:
-    """(name, regime, problem) for each row of a corpus CSV."""
+    """(name, regime, problem) for each row of a corpus CSV. A bad row is refused naming its
+    line and name; an unreadable file names the file."""
     import csv
 
-    with open(path, newline="") as f:
-        return [(r.get("name", ""), r.get("regime", ""), from_row(r)) for r in csv.DictReader(f)]
+    out = []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            for r in reader:
+                name = r.get("name") or ""
+                where = f"{path} line {reader.line_num}" + (f" ({name})" if name else "")
+                if None in r:
+                    raise ProblemError(f"{where}: more fields than the header names")
+                try:
+                    out.append((name, r.get("regime") or "", from_row(r)))
+                except ProblemError as e:
+                    raise ProblemError(f"{where}: {e}") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ProblemError(
+            f"cannot read the corpus {path}: {getattr(e, 'strerror', None) or e}; give a UTF-8 CSV with a header row "
+            f"(name,n,in_channels,out_channels,...; see tests/data/wgrad_shapes.csv)"
+        ) from None
+    return out

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import datetime
-import json
+import logging
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 
-from skwgrad.errors import SkwgradError
+from skwgrad import clikit
+from skwgrad.errors import EXIT_CHECK_FAILED, SkwgradError
+
+log = logging.getLogger("skwgrad.run")
+STREAMK_CHOICES = ("auto", "off", "dp_sk", "persistent", "all")
+REDUCTION_CHOICES = ("linear", "tree", "atomic", "workspace", "direct", "two_stage")
+PRECISION_CHOICES = ("ieee", "tf32")
 
 COLUMNS = (
     ("name", "name", "<"), ("kernel", "kernel", "<"), ("mode/reduction", "mode_reduction", "<"),
@@ -139,15 +146,15 @@ def _fmt(row: dict) -> dict:
 
 
 def format_table(rows) -> str:
+    from skwgrad.clikit import escape, table
+
     f = [_fmt(r) for r in rows]
-    widths = [max(len(title), *(len(str(r.get(key, ""))) for r in f)) for title, key, _ in COLUMNS]
-    line = lambda vals: "  ".join(f"{v:{a}{w}}" for v, w, (_, _, a) in zip(vals, widths, COLUMNS)).rstrip()  # noqa: E731
-    out = [line([t for t, _, _ in COLUMNS]), line(["-" * w for w in widths])]
+    body = []
     for r in f:
-        out.append(line([str(r.get(key, "")) for _, key, _ in COLUMNS]))
-        if r.get("error"):
-            out.append(f"    error: {r['error']}")
-    return "\n".join(out)
+        body.append([r.get(key, "") for _, key, _ in COLUMNS])
+    out = table(body, [t for t, _, _ in COLUMNS], align=["right" if a == ">" else "left" for _, _, a in COLUMNS])
+    errors = [f"{r['name']}: {escape(r['error'])}" for r in f if r.get("error")]
+    return out + ("\n" + "\n".join(f"    error: {e}" for e in errors) if errors else "")
 
 
 def run_problems(
@@ -198,6 +205,8 @@ def run_problems(
             rows.append({**base, "error": str(e)})
             all_ok = False
             continue
+        for c in choices:
+            log.debug("%s: %s, pool %s, ks_count %s (%s)", name, c.kernel.label, c.pool, c.ks_count, c.reason or "chosen")
         cudnn_us, cudnn_note = None, ""
         if baseline == "cudnn" and bench:
             try:
@@ -246,64 +255,88 @@ def run_problems(
 
 @click.command("run-from-cache")
 @click.option("--problem", "problem_texts", multiple=True, help='e.g. "n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1" (repeatable)')
-@click.option("--corpus", type=click.Path(exists=True, dir_okay=False), help="a corpus CSV (corpus/wgrad_shapes.csv)")
-@click.option("--arch", default="auto", show_default=True, help="the device's arch (auto); another arch is refused")
-@click.option("--streamk", type=click.Choice(["auto", "off", "dp_sk", "persistent", "all"]), default="auto", show_default=True,
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False), help="a corpus CSV (tests/data/wgrad_shapes.csv)")
+@click.option("--arch", "arches", multiple=True, type=clikit.CommaChoice(("auto", *clikit.arch_names())),
+              help="the arch(es) this device must be (default auto: whatever it is); another device is refused")  # fmt: skip
+@click.option("--streamk", type=click.Choice(STREAMK_CHOICES), default="auto", show_default=True,
               help="auto: the selection rule; off: split-K; dp_sk/persistent: that stream-K mode; all: every cached candidate")
-@click.option("--streamk-reductions", default="", help="comma list: linear,tree,atomic,workspace (stream-K) / direct,atomic,two_stage (split-K)")
-@click.option("--streamk-ctas", type=int, default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default")
-@click.option("--tile", default=None, help="BMxBNxBK: only kernels of this tile")
-@click.option("--precision", type=click.Choice(["ieee", "tf32"]), default=None,
+@click.option("--reduction", "reductions", multiple=True, type=clikit.CommaChoice(REDUCTION_CHOICES),
+              help="comma list: linear,tree,atomic,workspace (stream-K) / direct,atomic,two_stage (split-K); default: the rule's")  # fmt: skip
+@click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default")
+@click.option("--tile", type=clikit.Tile(), default=None, help="BMxBNxBK: only kernels of this tile")
+@click.option("--precision", type=click.Choice(PRECISION_CHOICES), default=None,
               help="fp32 problems: full fp32 (ieee, the default) or tf32; the cuDNN baseline follows it")
 @click.option("--all-candidates", is_flag=True, help="run every cached kernel that admits the problem")
 @click.option("--verify", is_flag=True, help="compare with the float64 reference (default when neither --verify nor --bench)")
 @click.option("--bench", is_flag=True, help="time each kernel: median of --iters event-timed launches after warm-up")
 @click.option("--baseline", type=click.Choice(["cudnn"]), default=None, help="also time PyTorch's weight gradient (needs --bench)")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="write the results here")
-@click.option("--cache", "cache_dir", default=None, help="cache directory (default $SKWGRAD_CACHE or $XDG_CACHE_HOME/skwgrad)")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--warmup", type=int, default=10, show_default=True)
-@click.option("--iters", type=int, default=50, show_default=True)
+@clikit.json_option
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help='also write the JSON document (with "version": 1) to this file')  # fmt: skip
+@clikit.cache_option
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0, max=100_000), default=10, show_default=True)
+@click.option("--iters", type=click.IntRange(min=1, max=100_000), default=50, show_default=True)
 @click.option("--tune", is_flag=True, help="first time every cached candidate per problem and remember the fastest in the cache (keyed by arch, CU count, problem, dtype); auto then runs it")
-def run_from_cache(problem_texts, corpus, arch, streamk, streamk_reductions, streamk_ctas, tile, precision, all_candidates,
-                   verify, bench, baseline, json_path, cache_dir, seed, warmup, iters, tune):  # fmt: skip
+@clikit.alias("--streamk-reductions", "reductions", multiple=True, type=clikit.CommaChoice(REDUCTION_CHOICES))
+def run_from_cache(problem_texts, corpus, arches, streamk, reductions, streamk_ctas, tile, precision, all_candidates,
+                   verify, bench, baseline, as_json, out_path, cache_dir, seed, warmup, iters, tune):  # fmt: skip
     """Run cached kernels on fresh random inputs; verify against float64 and time them. Never compiles:
-    with no matching kernel it prints the compile-all command that would build one and exits 1."""
+    with no matching kernel it prints the compile-all command that would build one.
+
+    Exit codes: 0 every row ok, 1 a row failed (wrong result, no cached kernel), 2 usage,
+    3 environment (no GPU, an unusable cache)."""
     from skwgrad import __version__
-    from skwgrad.cli import parse_tile
     from skwgrad.errors import ProblemError
     from skwgrad.launcher.api import open_cache
     from skwgrad.launcher.backends import get_backend
 
+    # Every argument is checked before any device work: a CPU box reports the argument, not "no GPU".
     if not problem_texts and not corpus:
         raise click.UsageError("give --problem (repeatable) or --corpus FILE")
     if baseline and not bench:
         raise click.UsageError("--baseline cudnn times the baseline: add --bench")
     if not verify and not bench:
         verify = True
-    reductions = tuple(r.strip() for r in streamk_reductions.split(",") if r.strip())
+    reductions = clikit.flatten(reductions)
+    arches = clikit.flatten(arches)
+    if "auto" in arches and len(arches) > 1:
+        raise click.BadParameter("auto cannot be combined with named arches", param_hint="--arch")
     problems = _problems(problem_texts, corpus, precision)
-    tile_t = parse_tile(tile) if tile else None
+    if out_path:
+        parent = Path(out_path).expanduser().resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise click.BadParameter(f"{out_path}: {parent} is not a writable directory", param_hint="--out")
     backend = get_backend()
-    if arch not in ("auto", backend.arch):
-        raise ProblemError(f"--arch {arch}: this device ({backend.device_name}) is {backend.arch}; run-from-cache runs {backend.arch} kernels only")
+    if arches and "auto" not in arches and backend.arch not in arches:
+        raise ProblemError(
+            f"--arch {','.join(arches)}: this device ({backend.device_name}) is {backend.arch}; "
+            f"run-from-cache runs {backend.arch} kernels only"
+        )  # fmt: skip
     cache = open_cache(cache_dir)
-    click.echo(f"device {backend.device_name} ({backend.arch}, {backend.compute_units} CUs), cache {getattr(cache, 'path', cache)}")
+    header = f"device {backend.device_name} ({backend.arch}, {backend.compute_units} CUs), cache {getattr(cache, 'path', cache)}"
+    click.echo(clikit.escape(header), err=as_json)
     rows, ok = run_problems(
         problems, backend=backend, cache=cache, streamk=streamk, reductions=reductions, streamk_ctas=streamk_ctas,
-        tile=tile_t, all_candidates=all_candidates, verify=verify, bench=bench, baseline=baseline, seed=seed,
-        warmup=warmup, iters=iters, echo=lambda m: click.echo(m, err=True), tune=tune,
+        tile=tile, all_candidates=all_candidates, verify=verify, bench=bench, baseline=baseline, seed=seed,
+        warmup=warmup, iters=iters, echo=lambda m: click.echo(clikit.escape(m), err=True), tune=tune,
     )  # fmt: skip
-    click.echo(format_table(rows))
-    if json_path:
-        doc = {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
-            "backend": backend.name, "skwgrad": __version__, "commit": _git_commit(),
-            "cache": str(getattr(cache, "path", "")), "seed": seed, "iters": iters, "warmup": warmup,
-            "verify": verify, "bench": bench, "baseline": baseline, "rows": rows,
-        }  # fmt: skip
-        Path(json_path).write_text(json.dumps(doc, indent=2, default=str) + "\n")
-        click.echo(f"wrote {json_path}")
+    doc = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
+        "backend": backend.name, "skwgrad": __version__, "commit": _git_commit(),
+        "cache": str(getattr(cache, "path", "")), "seed": seed, "iters": iters, "warmup": warmup,
+        "verify": verify, "bench": bench, "baseline": baseline, "ok": bool(ok), "rows": rows,
+    }  # fmt: skip
+    if out_path:
+        clikit.write_json(out_path, doc)
+    if as_json:
+        clikit.emit_json(doc)
+    else:
+        click.echo(format_table(rows))
+        if out_path:
+            click.echo(f"wrote {clikit.escape(out_path)}")
     if not ok:
-        sys.exit(1)
+        bad = sum(1 for r in rows if r.get("error") or r.get("ok") is False)
+        click.echo(f"{bad} of {len(rows)} row(s) failed", err=True)
+        sys.exit(EXIT_CHECK_FAILED)

@@ -12,12 +12,10 @@ from dataclasses import dataclass
 
 from skwgrad.abi.conv import DTYPES, PRECISIONS
 from skwgrad.abi.kernargs import SK_REDUCTIONS, SPLITK_EPILOGUES
+from skwgrad.abi.policy import DETERMINISTIC_REDUCTIONS, REDUCTION_CHOICES, STREAMK_CHOICES
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import ProblemError
 
-STREAMK_CHOICES = ("auto", "off", *MODES)
-REDUCTION_CHOICES = ("auto", *dict.fromkeys((*SK_REDUCTIONS, *SPLITK_EPILOGUES)))
-DETERMINISTIC_REDUCTIONS = frozenset({"linear", "tree", "direct", "two_stage"})
 LAYOUT_CHOICES = ("auto", "nchw", "nhwc")
 I32_MAX = 2**31 - 1
 

@@ -34,11 +34,9 @@ from skwgrad.errors import AbiError, CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import Kernel, Plan
 
-SK_MIN_ITERS = 256  # "a long reduction": iterations per tile at or above this
-AUTO_MODES = ("dp_sk", "persistent")
-AUTO_SK_REDUCTIONS = ("workspace", "linear", "tree", "atomic")
-SK_ONLY = ("linear", "tree", "workspace")
-SPLITK_ONLY = ("direct", "two_stage")
+from skwgrad.abi.policy import (  # noqa: E402
+    AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SPLITK_ONLY, STREAMK_CHOICES,
+)  # fmt: skip
 
 
 class NoKernelError(CacheError):

@@ -1,0 +1,16 @@
+"""The selection policy's named constants, shared by the launcher's ``select`` and the offline
+``skwgrad plan`` report (which resolves the same rule without a cache or device)."""
+
+from __future__ import annotations
+
+from skwgrad.abi.kernargs import SK_REDUCTIONS, SPLITK_EPILOGUES
+from skwgrad.abi.streamk import MODES
+
+STREAMK_CHOICES = ("auto", "off", *MODES)
+REDUCTION_CHOICES = ("auto", *dict.fromkeys((*SK_REDUCTIONS, *SPLITK_EPILOGUES)))
+SK_MIN_ITERS = 256  # "a long reduction": iterations per tile at or above this
+AUTO_MODES = ("dp_sk", "persistent")
+AUTO_SK_REDUCTIONS = ("workspace", "linear", "tree", "atomic")
+SK_ONLY = ("linear", "tree", "workspace")
+SPLITK_ONLY = ("direct", "two_stage")
+DETERMINISTIC_REDUCTIONS = frozenset({"linear", "tree", "direct", "two_stage"})
