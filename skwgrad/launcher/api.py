@@ -13,6 +13,7 @@ serialises its own launches).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -29,6 +30,7 @@ from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import Plan
 from skwgrad.launcher.select import choose
 
+log = logging.getLogger("skwgrad")
 PLAN_CACHE_SIZE = 256
 CALL_CACHE_SIZE = 1024
 _plans: OrderedDict = OrderedDict()
@@ -102,6 +104,7 @@ def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backen
         p = choice.plan(problem, be)
         p.choice = choice
         stats["plans_built"] += 1
+        log.debug("%s on %s: %s (%s) grid=%d", problem.describe(), be.arch, p.label, choice.reason, p.grid)
         _plans[key] = p
         while len(_plans) > PLAN_CACHE_SIZE:
             _plans.popitem(last=False)

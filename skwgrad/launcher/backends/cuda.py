@@ -24,7 +24,7 @@ def import_driver():
             from cuda import cuda as driver  # cuda-python < 12.6
         except ImportError:
             raise BackendError(
-                "the CUDA backend needs cuda-bindings: pip install 'skwgrad[cuda]' (cuda-bindings)"
+                "the CUDA backend needs cuda-bindings: pip install 'skwgrad[cuda12]' or 'skwgrad[cuda13]' (cuda-bindings for your driver's CUDA major)"
             ) from None
     return driver
 

@@ -24,7 +24,7 @@ def import_hip():
     try:
         from hip import hip
     except ImportError:
-        raise BackendError("the ROCm backend needs hip-python: pip install 'skwgrad[rocm]' (hip-python)") from None
+        raise BackendError("the ROCm backend needs hip-python: pip install 'skwgrad[rocmXY]' for your ROCm X.Y, e.g. 'skwgrad[rocm63]' (hip-python)") from None
     return hip
 
 
