@@ -362,13 +362,16 @@ class FakeLauncher:
     """Stands for skwgrad.launcher.api: records each wgrad call and writes dW (PyTorch's, in fp64
     then cast, or a wrong value) into out, or raises what it is told to."""
 
-    def __init__(self, raises=None, wrong=False, native_preferred=False):
-        self.calls, self.raises, self.wrong, self.pref = [], raises, wrong, native_preferred
+    def __init__(self, raises=None, wrong=False, native_preferred=False, no_fp32_dw=False):
+        self.calls, self.raises, self.wrong, self.pref, self.no_fp32_dw = [], raises, wrong, native_preferred, no_fp32_dw
 
     def wgrad(self, x, dy, *, filter_size, stride, padding, dilation, groups, out, **kw):
-        self.calls.append(dict(kw, x=x, dy=dy, filter_size=filter_size, stride=stride, padding=padding, groups=groups))
+        self.calls.append(dict(kw, x=x, dy=dy, out=out, filter_size=filter_size, stride=stride, padding=padding,
+                               groups=groups))  # fmt: skip
         if self.raises is not None:
             raise self.raises
+        if self.no_fp32_dw and out.dtype == torch.float32 and x.dtype != torch.float32:
+            raise NoKernelError("no cached kernel fits dw_dtype=fp32; build one with: skwgrad compile-all ...")
         fn = torch.nn.grad.conv3d_weight if x.dim() == 5 else torch.nn.grad.conv2d_weight
         ref = fn(x.double(), out.shape, dy.double(), stride, padding, dilation, groups)
         out.copy_(ref * (3 if self.wrong else 1))
@@ -415,6 +418,18 @@ def test_routes_to_skwgrad_with_weight_dtype_layout_and_allocator(fake_gpu, capl
     assert any("skwgrad" in r.getMessage() and "layer layer" in r.getMessage() for r in caplog.records)
 
 
+def test_no_fp32_dw_kernel_computes_in_input_dtype_and_widens(fake_gpu):
+    fl = fake_gpu(FakeLauncher(no_fp32_dw=True))
+    dw, (x, dy) = _bf16_wgrad_call()
+    _bf16_wgrad_call()
+    assert [c["out"].dtype for c in fl.calls] == [torch.float32, torch.bfloat16, torch.bfloat16]  # remembered
+    assert dw.dtype == torch.float32 and dw.stride() == _cl_strides((6, 2, 3, 3))
+    ref = torch.nn.grad.conv2d_weight(x.double(), [6, 2, 3, 3], dy.double(), 2, 1, 1, 2)
+    assert torch.equal(dw, ref.bfloat16().float())  # the stand-in's exact dW, rounded to bf16, widened
+    s = st.stats()
+    assert (s["skwgrad"], s["native"], s["dw_cast"]) == (2, 0, 2)
+
+
 def test_contiguous_inputs_are_given_channels_last(fake_gpu):
     fl = fake_gpu(FakeLauncher())
     args = _wgrad_args(WGRAD_CASES[0], channels_last=False)
@@ -447,14 +462,15 @@ def test_no_kernel_falls_back_and_sticks(fake_gpu):
     fl = fake_gpu(FakeLauncher(raises=NoKernelError("no cached kernel fits; build one with: skwgrad compile-all ...")))
     dw1, (x, dy) = _bf16_wgrad_call()
     dw2, _ = _bf16_wgrad_call()
-    assert len(fl.calls) == 1  # the second call knew to go native at once
+    # fp32 dW, then bf16 dW to widen; the second call knew to go native at once.
+    assert [c["out"].dtype for c in fl.calls] == [torch.float32, torch.bfloat16]
     native = _ops._native_wgrad(x, dy, [6, 2, 3, 3], [2, 2], [1, 1], [1, 1], 2, torch.float32)
     assert torch.equal(dw1, native) and torch.equal(dw2, native)
     assert dw1.stride() == _cl_strides((6, 2, 3, 3))
     assert st.stats()["reasons"] == {"no_kernel": 2}
     st.clear_decisions()  # e.g. after compile-all built the kernel
     _bf16_wgrad_call()
-    assert len(fl.calls) == 2
+    assert len(fl.calls) == 4
 
 
 def test_damaged_entry_falls_back_with_a_warning(fake_gpu, caplog):

@@ -147,30 +147,36 @@ def _entry(table, key, problem=None):
     return e
 
 
-def _count(desc: str, layer: str, path: str, reason: str | None, detail: str = "") -> None:
+def _count(desc: str, layer: str, path: str, reason: str | None, detail: str = "", cast: bool = False) -> None:
     with _lock:
         entries = [_entry(_by_problem, desc)]
         if layer:
             entries.append(_entry(_by_layer, layer, desc))
         for e in entries:
             e[path] += 1
+            if cast:
+                e["dw_cast"] = e.get("dw_cast", 0) + 1
             if reason:
                 e["reasons"][reason] = e["reasons"].get(reason, 0) + 1
-        token = (desc, layer, path, reason)
+        token = (desc, layer, path, reason, cast)
         first = token not in _logged
         if first:
             _logged.add(token)
     if first:
         level = logging.WARNING if reason in _LOUD else logging.DEBUG
-        log.log(level, "wgrad %s%s: %s%s%s", desc, f" (layer {layer})" if layer else "", path,
-                f" [{reason}: {NATIVE_REASONS.get(reason, reason)}]" if reason else "", f": {detail}" if detail else "")  # fmt: skip
+        log.log(level, "wgrad %s%s: %s%s%s%s", desc, f" (layer {layer})" if layer else "", path,
+                f" [{reason}: {NATIVE_REASONS.get(reason, reason)}]" if reason else "",
+                " (dW computed in the input dtype and widened: no fp32-dW kernel)" if cast else "",
+                f": {detail}" if detail else "")  # fmt: skip
 
 
 def stats() -> dict:
     """A snapshot of which path the weight gradients took:
     ``{"skwgrad": n, "native": n, "reasons": {reason: n}, "problems": {problem: {...}},
     "layers": {layer name: {"skwgrad", "native", "reasons", "problem"}}, "skipped_modules":
-    {reason: n}}`` (problem = ``ConvProblem.describe()``; layers are the names ``patch`` gave)."""
+    {reason: n}}`` (problem = ``ConvProblem.describe()``; layers are the names ``patch`` gave).
+    An entry's ``dw_cast`` counts skwgrad calls that had no fp32-dW kernel for half inputs and
+    computed dW in the input dtype, then widened it (as PyTorch's autocast does)."""
     import copy
 
     with _lock:
@@ -183,6 +189,7 @@ def stats() -> dict:
             reasons[r] = reasons.get(r, 0) + n
     return {
         "skwgrad": sum(e["skwgrad"] for e in problems.values()),
+        "dw_cast": sum(e.get("dw_cast", 0) for e in problems.values()),
         "native": sum(e["native"] for e in problems.values()),
         "reasons": reasons,
         "problems": problems,
@@ -344,7 +351,8 @@ def _gpu_device(x: Tensor) -> bool:
 
 
 def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision):
-    """[description, problem or None, sticky native reason or None], memoised per shape."""
+    """[description, problem or None, sticky native reason or None, dtype skwgrad computes dW in
+    (None: the dW dtype)], memoised per shape."""
     key = (x.device.type, x.device.index, tuple(x.shape), tuple(dy.shape), tuple(weight_shape), tuple(stride),
            tuple(padding), tuple(dilation), groups, x.dtype, dy.dtype, dw_dtype, deterministic, precision)  # fmt: skip
     d = _decisions.get(key)
@@ -376,7 +384,7 @@ def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, de
                         reason = "tuned_native"
                 except SkwgradError as e:
                     reason = _reason_of(e)
-    d = [desc, problem, reason]
+    d = [desc, problem, reason, None]
     with _lock:
         _decisions[key] = d
     return key, d
@@ -439,13 +447,24 @@ def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, nam
     deterministic = torch.are_deterministic_algorithms_enabled()
     precision = _fp32_precision() if x.dtype == torch.float32 else ""
     key, d = _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision)
-    desc, problem, reason = d
+    desc, problem, reason, compute = d
     if reason is None and not _cfg.enabled:
         reason = "disabled"
     detail = ""
     if reason is None:
+        args = (x, dy, weight_shape, stride, padding, dilation, groups)
         try:
-            dw = _skwgrad_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision)
+            try:
+                dw = _skwgrad_wgrad(*args, compute or dw_dtype, deterministic, precision)
+            except SkwgradError as e:
+                # Half inputs with an fp32 weight (autocast) and no fp32-dW kernel: compute dW in
+                # the input dtype and widen it, which is what PyTorch's autocast does natively.
+                if compute is not None or dw_dtype == x.dtype or _reason_of(e) != "no_kernel":
+                    raise
+                dw = _skwgrad_wgrad(*args, x.dtype, deterministic, precision)
+                d[3] = compute = x.dtype
+            if compute is not None:
+                dw = _as_cl(dw, weight_shape, dw_dtype)
             if _cfg.verify and key not in _verified and not _capturing():
                 _verify(dw, x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, problem)
                 with _lock:
@@ -455,7 +474,7 @@ def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, nam
             if reason in _STICKY:
                 d[2] = reason
         else:
-            _count(desc, name, "skwgrad", None)
+            _count(desc, name, "skwgrad", None, cast=compute is not None)
             return dw
     _count(desc, name, "native", reason, detail)
     return _native_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype)
