@@ -136,6 +136,21 @@ def test_conv_opcheck_cpu(case):
     torch.library.opcheck(torch.ops.skwgrad.conv.default, (x, w, b, stride, padding, dilation, groups, "l"))
 
 
+def test_conv_opcheck_cpu_autocast_dtypes():
+    """bf16 x with an fp32 weight and bias (what conv2d passes under autocast): dW and the bias
+    gradient come back fp32, dX bf16."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 8, 9, 9, generator=g).bfloat16().contiguous(memory_format=CL).requires_grad_()
+    w = torch.randn(6, 4, 3, 3, generator=g, requires_grad=True)
+    b = torch.randn(6, generator=g, requires_grad=True)
+    args = (x, w, b, [1, 1], [1, 1], [1, 1], 2, "mixed")
+    torch.library.opcheck(torch.ops.skwgrad.conv.default, args)
+    y = torch.ops.skwgrad.conv(*args)
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert (x.grad.dtype, w.grad.dtype, b.grad.dtype) == (torch.bfloat16, torch.float32, torch.float32)
+
+
 # ---------------------------------------------------------------------------------------------
 # Models: patched == unpatched, bit for bit, on the CPU fallback
 # ---------------------------------------------------------------------------------------------
