@@ -164,9 +164,10 @@ def rebuild_index(cache_dir):
     moved = []
     try:
         c = _open(cache_dir)
-        if c.identity_problem() and c.marker is not None:
+        why = c.identity_problem() if c.marker is not None else ""
+        if why:
             c.close()
-            raise IndexLost(c.identity_problem())
+            raise IndexLost(why)
     except CacheError as e:
         from skwgrad.cache.store import DB_NAME, default_cache_dir
         from pathlib import Path

@@ -216,8 +216,10 @@ class Cache:
     write, even where the directory is writable. ``system``: the read-only layer below this one
     (default ``$SKWGRAD_SYSTEM_CACHE``; ``False`` for none)."""
 
-    def __init__(self, path=None, *, create: bool = True, readonly: bool = False, system=None):
+    def __init__(self, path=None, *, create: bool = True, readonly: bool = False, system=None, immutable: bool = False):
         self.path = Path(path).expanduser() if path is not None else default_cache_dir()
+        self._want_immutable = bool(immutable)
+        readonly = readonly or self._want_immutable
         self._lock = threading.RLock()
         self.readonly = bool(readonly)
         self.damaged: list[str] = []  # entries find()/entries() skipped, one message each
@@ -252,7 +254,9 @@ class Cache:
         self.system: Cache | None = None
         sys_path = system_cache_dir() if system is None else (Path(system) if system else None)
         if sys_path is not None and _same(sys_path, self.path) is False:
-            self.system = Cache(sys_path, create=False, readonly=True, system=False)
+            # Immutable: SQLite never writes (no -shm, no -wal, no locks) and takes the file as
+            # it is. Publish a system cache by replacing it whole (see README), never in place.
+            self.system = Cache(sys_path, create=False, immutable=True, system=False)
 
     # -- opening -----------------------------------------------------------------------------
     def _read_marker(self) -> dict | None:
@@ -285,7 +289,8 @@ class Cache:
         # Read-only: mode=ro works while the -shm can be used; a WAL index in a directory we
         # cannot write (a read-only mount, another user's cache) needs immutable=1.
         last = None
-        for params in ({"mode": "ro"}, {"mode": "ro", "immutable": "1"}):
+        tries = [{"mode": "ro", "immutable": "1"}] if self._want_immutable else [{"mode": "ro"}, {"mode": "ro", "immutable": "1"}]
+        for params in tries:
             try:
                 conn = sqlite3.connect(sqlite_uri(self.db_path, **params), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
                 conn.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
@@ -866,6 +871,13 @@ class Cache:
             problems.append(ident + f"; run `skwgrad cache rebuild-index --cache {self.path}`")
         if self.recovered:
             problems.append(self.recovered)
+        wal = self.path / (DB_NAME + "-wal")
+        if self.immutable and wal.is_file() and wal.stat().st_size > 0:
+            problems.append(
+                f"{wal} holds {wal.stat().st_size} bytes of commits a read-only reader cannot apply (the writer was killed "
+                f"or is still running): rows may be missing here. Open the cache once where it is writable "
+                f"(e.g. `skwgrad cache verify --cache {self.path}` as its owner) to checkpoint it"
+            )
         rows = self._rows("SELECT * FROM entries ORDER BY arch, label")
         referenced = set()
         for row in rows:
