@@ -320,7 +320,7 @@ class _Source:
             return
         import requests
 
-        headers = {"Range": f"bytes={have}-"} if have else {}
+        headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
         try:
             with self.session.get(url, headers=headers, stream=True, timeout=HTTP_TIMEOUT_S, allow_redirects=True) as r:
                 if r.status_code == 416 and have:
@@ -334,9 +334,10 @@ class _Source:
                 if n is not None and n.isdigit() and int(n) > limit - have:
                     raise ExportRefused(f"{printable(url)[:200]} is {int(n) + have} bytes, over the limit of {limit}; nothing was stored")
                 with open(dest, "ab") as out:
-                    it = r.iter_content(CHUNK)
-                    self._copy(lambda _n: next(it, b""), out, limit - have, url)
-        except requests.RequestException as e:
+                    # read1: whatever has arrived, so the bytes before a broken connection are
+                    # kept (on disk) for the next pull to resume from
+                    self._copy(lambda n: r.raw.read1(n), out, limit - have, url)
+        except (requests.RequestException, ConnectionError, TimeoutError, __import__("urllib3").exceptions.HTTPError) as e:
             raise CacheError(
                 f"transfer of {printable(url)[:200]} broke ({type(e).__name__}: {printable(e)[:200]}); what arrived is kept: "
                 f"run the same `skwgrad cache pull` again to resume"
