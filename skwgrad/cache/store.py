@@ -228,6 +228,11 @@ class Cache:
         self.recovered: str = ""  # what opening found and repaired (an empty index recreated, ...)
         if self.path.exists() and not self.path.is_dir():
             raise CacheError(f"cache path {self.path} is a file, not a directory; pass --cache DIR (or set SKWGRAD_CACHE) to a directory")
+        if not create and self.path.is_dir() and not (self.path / DB_NAME).exists() and not (self.path / MARKER).exists():
+            raise CacheError(
+                f"{self.path} is not a skwgrad cache (no {DB_NAME}); pass --cache DIR (or set SKWGRAD_CACHE) to a cache, "
+                f"or build one with `skwgrad compile-all --cache {self.path}`"
+            )
         if not self.path.exists():
             if not create or self.readonly:
                 raise CacheError(
@@ -256,7 +261,10 @@ class Cache:
         if sys_path is not None and _same(sys_path, self.path) is False:
             # Immutable: SQLite never writes (no -shm, no -wal, no locks) and takes the file as
             # it is. Publish a system cache by replacing it whole (see README), never in place.
-            self.system = Cache(sys_path, create=False, immutable=True, system=False)
+            try:
+                self.system = Cache(sys_path, create=False, immutable=True, system=False)
+            except CacheError as e:
+                raise CacheError(f"the system cache layer (${SYSTEM_ENV}={sys_path}): {e}; or unset {SYSTEM_ENV}") from None
 
     # -- opening -----------------------------------------------------------------------------
     def _read_marker(self) -> dict | None:
@@ -891,7 +899,10 @@ class Cache:
             try:
                 data = self._read_object(row["sha256"], row["nbytes"], what)
                 if deep:
-                    md = json.loads(row["metadata_json"])
+                    try:
+                        md = json.loads(row["metadata_json"])
+                    except (TypeError, ValueError, RecursionError):
+                        raise DamagedEntryError(f"{what}: unreadable metadata") from None
                     self._bound.discard((row["key"], row["sha256"]))
                     self._bind(data, row["key"], row["sha256"], row["arch"], md, what)
             except CacheError as e:

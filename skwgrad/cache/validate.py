@@ -203,7 +203,8 @@ def bind_object(data: bytes, arch: str, md: dict, what: str) -> None:
             from skwgrad.abi.codeobject import amdgpu_metadata, amdgpu_summary
 
             target = str(amdgpu_metadata(data).get("amdhsa.target", ""))
-            if target.split("--", 1)[-1].split(":", 1)[0] != arch:
+            # "amdgcn-amd-amdhsa--gfx942", "amdgpu9.42-amd-amdhsa-unknown-gfx942:sramecc+:xnack-"
+            if target.split(":", 1)[0].rsplit("-", 1)[-1] != arch:
                 raise _bad(what, f"the object's target is {printable(target)[:60]}, the row's {arch}")
             got = amdgpu_summary(data, name)
             got.pop("target", None)
