@@ -120,6 +120,34 @@ def test_pull_a_subset_fetches_only_its_objects(served, tmp_path):
         assert c.verify() == []
 
 
+def test_pull_a_corpus_subset(served, tmp_path):
+    """--corpus: only kernels that can run one of the corpus problems (here: 2-D bf16 with C and
+    K multiples of 8), and the Stage-2 reduces of its dW dtype."""
+    from skwgrad.abi.conv import read_corpus
+
+    src, keys, srv, root = served
+    csv = tmp_path / "corpus.csv"
+    csv.write_text("name,n,in_channels,out_channels,groups,d,h,w,z,y,x,stride,padding,dilation,dtype,regime\n"
+                   "a,8,16,40,1,1,32,32,1,3,3,1,1,1,bf16,x\n")  # fmt: skip
+    (p,) = [p for _, _, p in read_corpus(csv)]
+    want = set()
+    for k in keys:
+        e = src.get(k)
+        try:
+            e.spec.check_problem(p)
+            want.add(k)
+        except Exception:
+            pass
+    assert 0 < len(want) < len(keys)
+    node = tmp_path / "node"
+    r = CliRunner().invoke(main, ["cache", "pull", srv.url + "cache/", "--corpus", str(csv), "--cache", str(node)])
+    assert r.exit_code == 0, r.output
+    with Cache(node) as c:
+        assert {e.key for e in c.entries()} == want and c.verify() == []
+    fetched = {p.rsplit("/", 1)[1] for p, _ in srv.log if p.startswith("/cache/objects/")}
+    assert fetched == {src.get(k).sha256 for k in want}
+
+
 def test_a_broken_transfer_resumes(served, tmp_path):
     src, keys, srv, root = served
     e = src.get(keys[3])

@@ -256,14 +256,21 @@ def import_cmd(file, cache_dir, max_object, max_total):
 @click.option("--arch", default=None, help="only entries of this target")
 @click.option("--grep", "pattern", default=None, help="only entries whose label contains this text")
 @click.option("--key", "keys", multiple=True, help="only this entry (repeatable)")
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="only kernels that can run a problem of this corpus CSV (and the Stage-2 reduces)")  # fmt: skip
 @_with_limits
-def pull_cmd(url, cache_dir, arch, pattern, keys, max_object, max_total):
+def pull_cmd(url, cache_dir, arch, pattern, keys, corpus, max_object, max_total):
     """Fetch kernels from URL: an export file (http(s)://.../kernels.tar.gz, file://...) or a
     layout written by `cache export --layout` (URL of its directory). The checks of `import`
     apply, each object's sha256 is checked before it enters the cache, and a broken transfer
     resumes when the same command runs again."""
+    problems = None
+    if corpus:
+        from skwgrad.abi.conv import read_corpus
+
+        problems = [p for _, _, p in read_corpus(corpus)]
     c = _open(cache_dir, create=True)
-    r = c.pull(url, arch=arch, grep=pattern, keys=keys or None, **_limits(max_object, max_total))
+    r = c.pull(url, arch=arch, grep=pattern, keys=keys or None, problems=problems, **_limits(max_object, max_total))
     click.echo(f"pulled {r['imported']} entries ({r['already_present']} already present, {r['fetched_objects']} objects fetched, "
                f"{r['tuned_added']} tuned records added) from {_p(url)} into {c.path}")  # fmt: skip
 

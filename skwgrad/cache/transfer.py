@@ -360,18 +360,38 @@ def _is_archive(url: str) -> bool:
     return urllib.parse.urlsplit(url).path.endswith((".tar", ".tar.gz", ".tgz", ".tar.xz", ".tar.bz2"))
 
 
-def pull(cache, url: str, *, arch=None, keys=None, grep=None, max_object=MAX_OBJECT, max_total=MAX_TOTAL, max_manifest=MAX_MANIFEST) -> dict:
+def admits_any(spec_json: str, problems) -> bool:
+    """The kernel can run at least one of ``problems`` (dtype, precision, dims, pointwise
+    addressing, channel alignment: ``KernelSpec.check_problem``); a Stage-2 reduce is kept for
+    the problems' dW dtypes."""
+    from skwgrad.abi.spec import KernelSpec
+
+    spec = KernelSpec.from_dict(json.loads(spec_json))
+    for p in problems:
+        try:
+            spec.check_problem(p)
+            return True
+        except SkwgradError:
+            continue
+    return False
+
+
+def pull(cache, url: str, *, arch=None, keys=None, grep=None, problems=None, max_object=MAX_OBJECT, max_total=MAX_TOTAL, max_manifest=MAX_MANIFEST) -> dict:
     """Fetch a cache from ``url``: an export file (``.../kernels.tar.gz``) or a static layout
     directory (``.../cache/`` holding ``manifest.json`` and ``objects/<sha256>``). ``arch``,
-    ``keys`` and ``grep`` (label substring) take a subset (layouts fetch only the objects the
-    subset needs). Same checks as ``import``; each object's sha256 and binding are checked
+    ``keys``, ``grep`` (label substring) and ``problems`` (a corpus: only kernels that can run
+    one of them, plus the Stage-2 reduces) take a subset; layouts fetch only the objects the
+    subset needs. Same checks as ``import``; each object's sha256 and binding are checked
     before it enters the cache; a broken transfer resumes on the next call."""
     if cache.readonly:
         cache._write()  # raises: read-only
     keys = set(keys) if keys else None
 
     def select(row):
-        return (arch is None or row["arch"] == arch) and (keys is None or row["key"] in keys) and (grep is None or grep in row["label"])
+        return (
+            (arch is None or row["arch"] == arch) and (keys is None or row["key"] in keys) and (grep is None or grep in row["label"])
+            and (problems is None or admits_any(row["spec_json"], problems))
+        )  # fmt: skip
 
     src = _Source(url)
     downloads = cache.path / S.OBJECTS / S.TMP
