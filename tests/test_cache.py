@@ -422,7 +422,8 @@ def test_cache_commands(cache, tmp_path):
         assert any(ln.startswith(s.label + " ") and " gfx942 " in ln and f" {s.family} " in ln for ln in r.output.splitlines())
     assert f"{len(SMOKE) + 1} entries" in r.output
     r = run("ls", "--arch", "gfx950", "--json")
-    assert [d["label"] for d in json.loads(r.output)] == [SPEC.label]
+    out = json.loads(r.output)
+    assert out["version"] == 1 and [d["label"] for d in out["entries"]] == [SPEC.label]
     r = run("ls", "--family", "stage2")
     assert r.output.count("stage2_") == 2
     r = run("show", SPEC.label)  # in two arches

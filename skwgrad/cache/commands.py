@@ -75,11 +75,11 @@ def ls(cache_dir, arch, family, dtype, pattern, all_versions, as_json):
         and (pattern is None or pattern in e.label)
     ]  # fmt: skip
     if as_json:
-        click.echo(json.dumps([
+        click.echo(json.dumps({"version": 1, "cache": str(c.path), "entries": [
             {"key": e.key, "label": e.label, "arch": e.arch, "family": e.family, "bytes": e.nbytes,
-             "current": e.current, "created": e.created}
+             "current": e.current, "created": e.created, "layer": e.layer}
             for e in entries
-        ], indent=1))  # fmt: skip
+        ], "damaged": c.damaged}, indent=1))  # fmt: skip
         return
     if not entries:
         click.echo(f"no entries in {c.path}" + (" matching the filters" if (arch or family or dtype or pattern) else "")
@@ -89,6 +89,8 @@ def ls(cache_dir, arch, family, dtype, pattern, all_versions, as_json):
     for e in entries:
         rows.append((e.label, e.arch, e.family, _size(e.nbytes), e.key[:12], *(("current" if e.current else "stale"),) * all_versions))
     click.echo(_table(rows))
+    for m in c.damaged:
+        click.echo(f"skipped a damaged entry: {_p(m)}", err=True)
     click.echo(f"{len(entries)} entries, {_size(sum(e.nbytes for e in entries))} in {c.path}")
 
 
