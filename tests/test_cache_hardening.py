@@ -389,3 +389,10 @@ def test_terminal_output_is_escaped(src):
         r = CliRunner().invoke(main, ["cache", *args, "--cache", str(src.path)])
         assert "\x1b" not in r.output and "\x07" not in r.output and "\r" not in r.output, (args, r.output)
     assert printable("a\x1bb\x00c\u202ed") == "a\\x1bb\\x00c\\u202ed"
+
+
+def test_a_spec_without_family_is_a_clear_refusal(src, tmp_path):
+    manifest, objects = _manifest_and_objects(src, tmp_path)
+    m = _mutate(manifest, lambda m: _row(m).update(spec_json=json.dumps({"variant": "x"})))
+    with pytest.raises(ExportRefused, match="key does not match"):
+        Cache(tmp_path / "d").import_(_archive(tmp_path, m, objects))

@@ -259,7 +259,11 @@ def check_row(r, identity: tuple[str, str], max_object: int) -> tuple[dict | Non
     compiler = want_text(r.get("compiler"), what, "compiler", 200)
     source = want_sha(r.get("source_hash"), what)
     spec_dict = want_json(r.get("spec_json"), what, "spec_json")
-    if compute_key(spec_dict, r["arch"], compiler, source) != key:
+    try:
+        good = compute_key(spec_dict, r["arch"], compiler, source) == key
+    except (KeyError, TypeError, ValueError):
+        good = False
+    if not good:
         raise _bad(what, "the key does not match the entry's spec/arch/compiler/source")
     current = (compiler, source) == tuple(identity)
     try:
