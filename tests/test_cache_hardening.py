@@ -313,11 +313,12 @@ def test_members_are_read_bounded(src, tmp_path):
         with tarfile.open(path, "w:gz", compresslevel=1) as tar:
             body = json.dumps(manifest).encode()
             i = tarfile.TarInfo("manifest.json"); i.size = len(body); tar.addfile(i, io.BytesIO(body))
+            # before the real objects, so the import has to get past it
+            i = tarfile.TarInfo("objects/" + "f" * 64); i.size = 1 << 30
+            tar.addfile(i, io.BufferedReader(Zeros(1 << 30), 1 << 20))
             for name, hexdata in objects.items():
                 data = bytes.fromhex(hexdata)
                 i = tarfile.TarInfo(name); i.size = len(data); tar.addfile(i, io.BytesIO(data))
-            i = tarfile.TarInfo("objects/" + "f" * 64); i.size = 1 << 30
-            tar.addfile(i, io.BufferedReader(Zeros(1 << 30), 1 << 20))
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         r = Cache({str(tmp_path / 'd2')!r}).import_(path)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

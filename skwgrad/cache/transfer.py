@@ -234,6 +234,8 @@ def _scan(cache, file, max_object, max_total, max_manifest, select):
             _bind_all(cache, data, sha, rows_by_sha, str(file))
             good.add(sha)
             members[sha] = m.name
+            if len(good) == len(plan.needed):
+                break  # the rest can only be members nothing names
     if plan is None:
         raise ExportRefused(f"{printable(file)} is empty: not a skwgrad cache export; nothing was imported")
     for r in plan.rows:
@@ -255,6 +257,9 @@ def _commit_from_tar(cache, file, plan, members) -> dict:
                 if hashlib.sha256(data).hexdigest() != sha:
                     raise ExportRefused(f"{printable(file)}: object {sha[:16]}... changed while importing; its entries were not imported")
                 cache._write_object(data, sha)
+                wanted.discard(sha)
+                if not wanted:
+                    break
         return _commit_rows(cache, conn, plan, str(file))
 
 
