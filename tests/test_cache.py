@@ -32,19 +32,17 @@ from skwgrad.cache import Cache, CacheEntry, default_cache_dir
 from skwgrad.cli import main
 from skwgrad.errors import CacheError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _codeobj import fake_compiled  # noqa: E402
+
 SMOKE = [it.spec for it in sweep("smoke", arches=["gfx942"])]
 SPEC = next(s for s in SMOKE if s.family == "wgrad_sk" and s.variant == "linear" and s.mode == "dp_sk")
 
 
 def fake(spec: KernelSpec, arch: str = "gfx942", salt: bytes = b"", compiler: str | None = None) -> CompiledKernel:
-    data = hashlib.sha256(f"{spec.canonical_json()}|{arch}".encode() + salt).digest() * 64
-    md = {
-        "name": f"k_{spec.family}", "arch": arch, "label": spec.label, "threads": 256, "shared": 4096,
-        "compiler": compiler or compiler_identity(), "compile_seconds": 0.25,
-        "kernarg": {"names": ["dy", "x"], "offsets": [0, 8], "size": 16, "tail_pointers": 2},
-        "amd": {"vgpr_count": 64, "sgpr_count": 30, "vgpr_spill_count": 0, "sgpr_spill_count": 2, "scratch_bytes": 0},
-    }  # fmt: skip
-    return CompiledKernel(spec, arch, data, md)
+    """A distinct, well-formed code object per spec (tests/_codeobj.py) with metadata that agrees
+    with it: the cache binds every object to its row by the object's own metadata."""
+    return fake_compiled(spec, arch, salt, compiler)
 
 
 def flip_byte(path: Path, at: int = 17):
@@ -110,7 +108,7 @@ def test_put_get_load_roundtrip_and_idempotent(cache):
     assert isinstance(e, CacheEntry)
     assert (e.key, e.spec, e.arch, e.label) == (key, SPEC, "gfx942", SPEC.label)
     assert e.sha256 == hashlib.sha256(ck.binary).hexdigest() and e.nbytes == len(ck.binary)
-    assert e.metadata["threads"] == 256 and e.metadata["kernarg"]["offsets"] == [0, 8]
+    assert e.metadata["threads"] == SPEC.num_warps * 64 and e.metadata["kernarg"]["offsets"][:2] == [0, 8]
     assert e.compiler == compiler_identity() and e.source_hash == source_hash() and e.current
     assert cache.load_binary(key) == ck.binary == cache.load_binary(e)
     # the object is a file named by its sha256 under objects/
@@ -123,7 +121,7 @@ def test_put_get_load_roundtrip_and_idempotent(cache):
     assert len(cache.entries()) == 1
     # per-entry metadata is in the index as well
     row = next(cache.db.query("select * from entries"))
-    assert (row["threads"], row["shared"], row["vgpr"], row["sgpr"], row["sgpr_spills"]) == (256, 4096, 64, 30, 2)
+    assert (row["threads"], row["shared"], row["vgpr"], row["sgpr"], row["sgpr_spills"]) == (SPEC.num_warps * 64, 4096, 64, 30, 2)
     assert row["compile_seconds"] == 0.25 and row["compiler"] == compiler_identity() and row["source_hash"] == source_hash()
     assert json.loads(row["spec_json"]) == SPEC.to_dict() and row["label"] == SPEC.label
     assert cache.db.journal_mode == "wal"
@@ -278,7 +276,7 @@ def test_tuned_choices(cache, other_version):
 @pytest.mark.parametrize("name", ["cache.tar", "cache.tar.gz"])
 def test_export_import_roundtrip(cache, tmp_path, name):
     keys = [cache.put(fake(s, a)) for s in SMOKE[:6] for a in ("gfx942", "sm_90")]
-    cache.remember_tuned("gfx942", 304, "p", {"pool": 1})
+    cache.remember_tuned("gfx942", 304, "p", {"key": keys[0], "pool": 1})  # a record import accepts names an entry
     out = tmp_path / name
     r = cache.export(out)
     assert r["entries"] == 12 and out.is_file()
@@ -288,9 +286,10 @@ def test_export_import_roundtrip(cache, tmp_path, name):
         a, b = cache.get(k), dst.get(k)
         assert (a.spec, a.arch, a.sha256, a.metadata, a.created) == (b.spec, b.arch, b.sha256, b.metadata, b.created)
         assert dst.load_binary(k) == cache.load_binary(k)
-    assert dst.tuned("gfx942", 304, "p") == {"pool": 1} and dst.verify() == []
+    assert dst.tuned("gfx942", 304, "p") == {"key": keys[0], "pool": 1} and dst.verify() == []
     # importing again changes nothing; entries already present are kept as they are
-    assert dst.import_(out) == {"imported": 0, "already_present": 12, "objects": 12, "tuned": 1}
+    again = dst.import_(out)
+    assert (again["imported"], again["already_present"], again["objects"], again["tuned"], again["tuned_added"]) == (0, 12, 12, 1, 0)
     # --arch exports one target
     assert cache.export(tmp_path / "one.tar", arch="sm_90")["entries"] == 6
 
@@ -317,7 +316,7 @@ def test_import_verifies_every_object_and_imports_nothing_from_a_damaged_file(ca
     with pytest.raises(CacheError, match="export"):
         dst_cache.import_(tmp_path / "junk.tar")
     r = CliRunner().invoke(main, ["cache", "import", str(bad), "--cache", str(dst_cache.path)])
-    assert r.exit_code == 3 and r.output.startswith("error:")
+    assert r.exit_code == CacheError.exit_code and r.output.startswith("error:")
 
 
 # -- concurrent writers ---------------------------------------------------------------------------
@@ -394,7 +393,7 @@ def test_unusable_cache_paths_say_what_to_do(tmp_path):
         Cache(d)
     assert (d / "index.sqlite").read_bytes() == b"this is not sqlite" * 100  # nothing deleted
     r = CliRunner().invoke(main, ["cache", "ls", "--cache", str(d)])
-    assert r.exit_code == 3 and r.output.startswith("error:") and "Traceback" not in r.output
+    assert r.exit_code == CacheError.exit_code and r.output.startswith("error:") and "Traceback" not in r.output
 
 
 def test_read_only_cache_serves_but_refuses_writes(cache, monkeypatch):
@@ -423,7 +422,8 @@ def test_cache_commands(cache, tmp_path):
         assert any(ln.startswith(s.label + " ") and " gfx942 " in ln and f" {s.family} " in ln for ln in r.output.splitlines())
     assert f"{len(SMOKE) + 1} entries" in r.output
     r = run("ls", "--arch", "gfx950", "--json")
-    assert [d["label"] for d in json.loads(r.output)] == [SPEC.label]
+    out = json.loads(r.output)
+    assert out["version"] == 1 and [d["label"] for d in out["entries"]] == [SPEC.label]
     r = run("ls", "--family", "stage2")
     assert r.output.count("stage2_") == 2
     r = run("show", SPEC.label)  # in two arches
@@ -434,7 +434,7 @@ def test_cache_commands(cache, tmp_path):
     r = run("show", keys[SMOKE[0]][:10])
     assert json.loads(r.output)["label"] == SMOKE[0].label
     r = run("show", "no_such_kernel")
-    assert r.exit_code == 3 and "cache ls" in r.output
+    assert r.exit_code == CacheError.exit_code and "cache ls" in r.output
     assert run("verify").exit_code == 0
     r = run("gc")
     assert r.exit_code == 0 and "removed 0 stale entries" in r.output
@@ -443,8 +443,8 @@ def test_cache_commands(cache, tmp_path):
     assert r.exit_code == 0 and out.is_file()
     r = CliRunner().invoke(main, ["cache", "import", str(out), "--cache", str(tmp_path / "other")])
     assert r.exit_code == 0 and f"imported {len(SMOKE) + 1} entries" in r.output
-    r = CliRunner().invoke(main, ["cache", "ls", "--cache", str(tmp_path / "empty")])
-    assert r.exit_code == 0 and "compile-all" in r.output
+    r = CliRunner().invoke(main, ["cache", "ls", "--cache", str(tmp_path / "empty")])  # readers never create a cache
+    assert r.exit_code == CacheError.exit_code and "compile-all" in r.output and not (tmp_path / "empty").exists()
     # a dry run says how much of the selection is already there (these synthetic entries carry
     # the real keys of the smoke specs)
     r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--arch", "gfx950", "--dry-run", "--cache", str(cache.path)])

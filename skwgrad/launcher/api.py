@@ -54,7 +54,7 @@ def open_cache(cache=None):
         with _lock:
             c = _caches.get(key)
             if c is None:
-                c = _caches[key] = Cache(cache)
+                c = _caches[key] = Cache(cache, create=False)  # a reader never creates a cache
     return c
 
 
