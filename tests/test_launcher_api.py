@@ -428,3 +428,29 @@ def test_api_tune_records_and_auto_uses_it(fake, monkeypatch):
     assert rows and all("us" in r for r in rows)
     pl = skwgrad.plan(text, cache=cache)
     assert pl.kernel.key == rows[0]["key"] and pl.choice.reason == "tuned"
+
+
+def test_a_damaged_candidate_is_skipped_and_selection_goes_on(fake):
+    from skwgrad.errors import DamagedEntryError
+
+    be, cache = fake
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 6, 4)).astype(np.float32)
+    dy = rng.standard_normal((2, 6, 6, 8)).astype(np.float32)
+    first = skwgrad.plan("n=2,c=4,k=8,h=6,w=6,y=3,x=3,padding=1,dtype=fp32", cache=cache)
+    api.clear_plans()
+    broken = first.kernel.key
+    real = cache.load_binary
+
+    def load_binary(entry):
+        if getattr(entry, "key", entry) == broken:
+            raise DamagedEntryError("its code object is missing")
+        return real(entry)
+
+    cache.load_binary = load_binary
+    be._functions.clear()  # nothing loaded yet: the damaged object is read at plan build
+    out = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+    chosen = next(iter(api._plans.values()))
+    assert chosen.kernel.key != broken
+    ref = torch_wgrad(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(dy).permute(0, 3, 1, 2), (8, 4, 3, 3), 1, 1, 1, 1)
+    assert np.linalg.norm(out - ref.numpy()) / np.linalg.norm(ref.numpy()) < 1e-5

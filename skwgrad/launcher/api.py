@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skwgrad.abi.conv import ConvProblem, parse_problem
-from skwgrad.errors import ProblemError
+from skwgrad.errors import DamagedEntryError, ProblemError
 from skwgrad.launcher import layout as L
 from skwgrad.launcher.backends import get_backend
 from skwgrad.launcher.calls import TorchCall, run_arrays
@@ -100,8 +100,19 @@ def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backen
         p = _plans.get(key)
         if p is not None:
             return p
-        choice = choose(problem, c, arch=be.arch, cus=be.compute_units, options=options, occupancy=_occupancy(be))
-        p = choice.plan(problem, be)
+        damaged: set = set()
+        while True:  # a damaged entry is skipped (reported once by the cache) and selection goes on
+            try:
+                choice = choose(problem, c, arch=be.arch, cus=be.compute_units, options=options, occupancy=_occupancy(be),
+                                exclude=frozenset(damaged))  # fmt: skip
+                p = choice.plan(problem, be)
+                break
+            except DamagedEntryError as e:
+                key = getattr(e, "key", None)
+                if key is None or key in damaged:
+                    raise
+                log.warning("skipping damaged cache entry %s: %s", key[:12], e)
+                damaged.add(key)
         p.choice = choice
         stats["plans_built"] += 1
         log.debug("%s on %s: %s (%s) grid=%d", problem.describe(), be.arch, p.label, choice.reason, p.grid)

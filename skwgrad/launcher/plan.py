@@ -34,7 +34,7 @@ from skwgrad.abi.kernargs import Packer, declaration
 from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, launch_geometry
 from skwgrad.abi.streamk import WAITING_REDUCTIONS, resolve_pool
 from skwgrad.abi.spec import KernelSpec
-from skwgrad.errors import AbiError, CacheError, ProblemError
+from skwgrad.errors import AbiError, CacheError, DamagedEntryError, ProblemError
 from skwgrad.launcher.interop import stream_int
 from skwgrad.launcher.workspace import CaptureWorkspace, arenas, capture_refused
 
@@ -69,7 +69,15 @@ class Kernel:
         """A cache entry; the bytes are read (sha256-checked) only when first loaded on a device."""
         if entry.spec is None:
             raise CacheError(f"cache entry {entry.key[:12]} has no spec this skwgrad can read; rebuild the cache")
-        return cls(entry.key, entry.spec, entry.arch, dict(entry.metadata), lambda: cache.load_binary(entry))
+
+        def load() -> bytes:
+            try:
+                return cache.load_binary(entry)
+            except DamagedEntryError as e:
+                e.key = entry.key  # selection skips this entry and chooses again
+                raise
+
+        return cls(entry.key, entry.spec, entry.arch, dict(entry.metadata), load)
 
     @classmethod
     def from_compiled(cls, compiled, key: str | None = None) -> "Kernel":

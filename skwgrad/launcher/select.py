@@ -98,8 +98,10 @@ def _admits(spec, problem) -> bool:
     return True
 
 
-def candidates(cache, arch: str, problem: ConvProblem, *, family=None, mode=None, variant=None, tile=None) -> list[Kernel]:
-    """Cached kernels for ``arch`` that admit ``problem`` (filters: family, mode, variant, tile)."""
+def candidates(cache, arch: str, problem: ConvProblem, *, family=None, mode=None, variant=None, tile=None,
+               exclude=frozenset()) -> list[Kernel]:  # fmt: skip
+    """Cached kernels for ``arch`` that admit ``problem`` (filters: family, mode, variant, tile;
+    ``exclude``: keys of entries found damaged)."""
     fields = {"dtype": problem.dtype, "dw_dtype": problem.dw_dtype, "spatial_dims": problem.spatial_dims}
     if family:
         fields["family"] = family
@@ -113,6 +115,8 @@ def candidates(cache, arch: str, problem: ConvProblem, *, family=None, mode=None
         if spec is None or spec.family not in ("wgrad", "wgrad_sk"):
             continue
         if tile and (spec.bm, spec.bn, spec.bk) != tuple(tile):
+            continue
+        if e.key in exclude:
             continue
         if _admits(spec, problem):
             try:
@@ -286,6 +290,7 @@ def choose(
     options: LaunchOptions | None = None,
     occupancy=None,
     use_tuned: bool = True,
+    exclude=frozenset(),
     **option_fields,
 ) -> Choice:
     """The kernel and launch settings for ``problem`` on a device of ``arch`` with ``cus`` CUs,
@@ -307,7 +312,7 @@ def choose(
     tile = tuple(tile) if tile is not None else None
     if use_tuned and streamk == "auto" and reduction == "auto" and tile is None and ks_count is None and streamk_ctas == -1:
         c = _tuned_choice(cache, arch, cus, problem, o)
-        if c is not None:
+        if c is not None and c.kernel.key not in exclude:
             return c
     stage2 = find_stage2(cache, arch, problem.dw_dtype)
     want_sk = streamk in MODES or (streamk == "auto" and reduction in SK_ONLY)
@@ -322,7 +327,7 @@ def choose(
     if try_sk:
         modes = (streamk,) if streamk in MODES else AUTO_MODES
         reds = (reduction,) if reduction in SK_REDUCTIONS else tuple(r for r in AUTO_SK_REDUCTIONS if o.allows(r))
-        sk = [k for k in candidates(cache, arch, problem, family="wgrad_sk", tile=tile) if k.spec.mode in modes and k.spec.variant in reds]
+        sk = [k for k in candidates(cache, arch, problem, family="wgrad_sk", tile=tile, exclude=exclude) if k.spec.mode in modes and k.spec.variant in reds]
         sk = rank(widest(sk, problem), problem, cus)
         order = {(m, r): i for i, (m, r) in enumerate((m, r) for r in reds for m in modes)}
         sk.sort(key=lambda k: order[(k.spec.mode, k.spec.variant)])  # stable: keeps the tile rank
@@ -340,7 +345,7 @@ def choose(
             raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache)
     if try_splitk:
         variants = (reduction,) if reduction in SPLITK_EPILOGUES else tuple(v for v in SPLITK_EPILOGUES if o.allows(v))
-        ks_all = [k for k in candidates(cache, arch, problem, family="wgrad", tile=tile) if k.spec.variant in variants]
+        ks_all = [k for k in candidates(cache, arch, problem, family="wgrad", tile=tile, exclude=exclude) if k.spec.variant in variants]
         ks_all = rank(widest(ks_all, problem), problem, cus)
         if ks_all:
             # The best-ranked tile decides how many splits are wanted; then the epilogue that fits.
