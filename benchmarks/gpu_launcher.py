@@ -241,6 +241,18 @@ def host(cache) -> list[dict]:
                 conv_bw = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
                     dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])
                 row["torch_host_us"] = _per_call(conv_bw)
+                # where the API's host time goes (each piece alone, back to back)
+                from skwgrad.launcher.api import _torch_key
+
+                be = p.backend
+                row["breakdown_us"] = {
+                    "key": _per_call(lambda: _torch_key(x, dy, None)),
+                    "empty_strided": _per_call(lambda: torch.empty_strided(tuple(out.shape), tuple(out.stride()), dtype=out.dtype, device=DEV)),
+                    "raw_stream": _per_call(lambda: torch._C._cuda_getCurrentRawStream(0)),
+                    "data_ptr_x3": _per_call(lambda: (x.data_ptr(), dy.data_ptr(), out.data_ptr())),
+                    "activate": _per_call(be.activate),
+                    "is_capturing": _per_call(lambda: be.stream_is_capturing(stream)),
+                }  # fmt: skip
                 row["wgrad_e2e_us"] = _e2e(lambda: skwgrad.wgrad(x, dy, **kw))
                 row["torch_e2e_us"] = _e2e(conv_bw)
                 row["e2e_ratio_vs_torch"] = row["torch_e2e_us"] / row["wgrad_e2e_us"]

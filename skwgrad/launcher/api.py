@@ -150,14 +150,9 @@ def _hashable(v):
 
 
 def _torch_key(x, dy, out):
-    """What the fast path keys a torch call on, or None for other arrays."""
-    try:
-        if x.is_cuda and dy.is_cuda and (out is None or out.is_cuda):
-            ko = None if out is None else (out.shape, out.stride(), out.dtype, out.device)
-            return (x.shape, x.stride(), x.dtype, x.device, dy.shape, dy.stride(), dy.dtype, dy.device, ko)
-    except AttributeError:
-        return None
-    return None
+    """What the fast path keys a torch call on (AttributeError for other arrays)."""
+    ko = None if out is None else (out.shape, out.stride(), out.dtype, out.device)
+    return (x.shape, x.stride(), x.dtype, x.device, dy.shape, dy.stride(), dy.dtype, dy.device, ko)
 
 
 def wgrad(
@@ -190,17 +185,27 @@ def wgrad(
     ``out`` when given (any memory format for torch: copied in when not channels-last). The launch
     goes on ``stream`` (default: torch's / CuPy's current stream, else the default stream), is
     asynchronous for device arrays, and can be captured into a CUDA/HIP graph."""
-    tkey = _torch_key(x, dy, out)
+    # The fast path: one tuple of what the arguments already are, one dict lookup.
+    key = call = None
+    try:
+        tkey = _torch_key(x, dy, out)
+    except AttributeError:  # not torch tensors
+        tkey = None
     if tkey is not None:
         try:
-            key = (tkey, _hashable(filter_size), _hashable(stride), _hashable(padding), _hashable(dilation), groups,
-                   cache if cache is None or isinstance(cache, str) else id(cache), options,
-                   tuple(sorted((k, _hashable(v)) for k, v in kw.items())))  # fmt: skip
+            key = (tkey, filter_size, stride, padding, dilation, groups, cache, options, tuple(kw.items()) if kw else ())
             call = _calls.get(key)
-        except TypeError:  # an unhashable argument: the slow path reports it
-            key = call = None
-        if call is not None:
-            return call(x, dy, out, None if stream is None else stream_int(stream))
+        except TypeError:  # lists and such: the same key, made hashable (a little slower)
+            try:
+                key = (tkey, _hashable(filter_size), _hashable(stride), _hashable(padding), _hashable(dilation), groups,
+                       cache, options, tuple((k, _hashable(v)) for k, v in kw.items()))  # fmt: skip
+                call = _calls.get(key)
+            except TypeError:  # really unhashable: the slow path reports what is wrong
+                key = None
+    if call is not None:
+        return call(x, dy, out, None if stream is None else stream_int(stream))
+    if tkey is not None and not (x.is_cuda and dy.is_cuda and (out is None or out.is_cuda)):
+        tkey = None  # CPU tensors: copied like host arrays
     s = None if stream is None else stream_int(stream)
     vx, vdy = view(x, "x", s or 0), view(dy, "dy", s or 0)
     vout = view(out, "out") if out is not None else None

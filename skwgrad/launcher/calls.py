@@ -184,17 +184,25 @@ def _host_view(arr):
     return view(arr, "out")
 
 
+_raw_stream = _empty_strided = None  # torch's, bound when the first TorchCall is built
+
+
 class TorchCall:
     """The resolved fast path for torch inputs with one set of shapes, strides, dtypes and device:
     per call it converts what must be converted, allocates dW through torch's caching allocator,
     reads the stream and launches."""
 
     __slots__ = ("plan", "convert_x", "convert_dy", "fmt", "out_shape", "out_strides", "out_dtype", "device",
-                 "out_mode", "nhwc")  # fmt: skip
+                 "device_index", "out_mode", "nhwc")  # fmt: skip
 
     def __init__(self, plan, reading: L.Reading, vx: ArrayView, vout: ArrayView | None):
         import torch
 
+        global _raw_stream, _empty_strided
+        _empty_strided = torch.empty_strided
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda i: int(torch.cuda.current_stream(i).cuda_stream)
+        )
         p = plan.problem
         self.plan = plan
         self.nhwc = reading.layout == "nhwc"
@@ -209,6 +217,7 @@ class TorchCall:
         self.out_strides = tuple(mem_strides[i] for i in perm)
         self.out_dtype = _torch_dtype(p.dw_dtype)
         self.device = vx.obj.device
+        self.device_index = self.device.index or 0
         self.out_mode = "alloc" if vout is None else ("direct" if L.out_packed(vout, p) else "copy")
 
     def __call__(self, x, dy, out, stream):
@@ -217,14 +226,12 @@ class TorchCall:
         if self.convert_dy:
             dy = dy.contiguous() if self.nhwc else dy.contiguous(memory_format=self.fmt)
         plan = self.plan
-        s = current_torch_stream(plan.backend.device) if stream is None else stream
+        s = _raw_stream(self.device_index) if stream is None else stream
         mode = self.out_mode
         if mode == "direct":
             res = out
         else:
-            import torch
-
-            res = torch.empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype, device=self.device)
+            res = _empty_strided(self.out_shape, self.out_strides, dtype=self.out_dtype, device=self.device)
         plan.launch(dy.data_ptr(), x.data_ptr(), res.data_ptr(), s)
         if stream is not None and (self.convert_x or self.convert_dy or mode != "direct"):
             _record_stream(s, x, dy, res, plan.backend.device)
