@@ -495,18 +495,35 @@ def test_numpy_inputs_are_copied_in_and_out(backend, kset):
     del torch
 
 
+def test_nchw_contiguous_tensors_are_read_as_pytorch_reads_them(backend, kset):
+    """The default memory format is converted, never reread as NHWC (C == K here on purpose)."""
+    import torch
+
+    import skwgrad
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    x = torch.randn((4, 16, 12, 12), device="cuda", generator=g).bfloat16()
+    dy = torch.randn((4, 16, 12, 12), device="cuda", generator=g).bfloat16()
+    w = torch.zeros((16, 16, 3, 3), dtype=torch.float64, device="cuda")
+    ref = torch.ops.aten.convolution_backward(dy.double(), x.double(), w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                              [False, True, False])[1]  # fmt: skip
+    got = skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=kset)
+    assert tuple(got.shape) == (16, 16, 3, 3)
+    assert float((got.double() - ref).norm() / ref.norm()) < 2e-2
+
+
 def test_tensors_on_different_devices_are_refused(backend, kset):
     import torch
 
     import skwgrad
     from skwgrad.errors import ProblemError
 
-    if torch.cuda.device_count() < 2:
-        p, x, dy = _torch_case(SHAPES["dense"])
-        with pytest.raises(ProblemError, match="channels"):
-            skwgrad.wgrad(x.contiguous(), dy.contiguous(), filter_size=3, padding=1, cache=kset)
-        return
     p, x, dy = _torch_case(SHAPES["dense"])
+    if torch.cuda.device_count() < 2:
+        # one device: the other refusal that needs a real GPU, a CPU tensor beside a CUDA one
+        with pytest.raises(ProblemError, match="different devices|host|CPU|device"):
+            skwgrad.wgrad(x, dy.cpu(), filter_size=3, padding=1, cache=kset)
+        return
     with pytest.raises(ProblemError, match="different devices"):
         skwgrad.wgrad(x, dy.to("cuda:1"), filter_size=3, padding=1, cache=kset)
 
