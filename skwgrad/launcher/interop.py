@@ -211,7 +211,12 @@ def view(obj, name: str, stream: int | None = None) -> ArrayView:
 
 
 def device_of(views, backend_kind: str | None = None) -> tuple[int | None, str | None]:
-    """The one device ordinal (and runtime) the device arrays among ``views`` live on."""
+    """The one device ordinal (and runtime) the device arrays among ``views`` live on. Host and
+    device arrays are not mixed in one call (PyTorch refuses that too): the copy would be silent."""
+    hosts = [v.host for v in views]
+    if any(hosts) and not all(hosts):
+        where = ", ".join(f"{n}: {'host' if v.host else 'device'}" for n, v in zip(("x", "dy", "out"), views))
+        raise ProblemError(f"x, dy and out must all be device arrays or all host arrays ({where}); move them to one place")
     devs = {(v.device, v.backend_kind) for v in views if not v.host and v.device is not None}
     if len({d for d, _ in devs}) > 1:
         names = ", ".join(f"{n}: device {v.device}" for n, v in zip(("x", "dy", "out"), views) if not v.host)
