@@ -9,11 +9,8 @@ The kernarg layout is checked against ``cuFuncGetParamInfo`` at load where the d
 
 from __future__ import annotations
 
-import ctypes
-
 from skwgrad.errors import BackendError
-
-from skwgrad.launcher.backends.base import Driver, DriverBackend, KernargBuffer, LoadedFunction
+from skwgrad.launcher.backends.base import Driver, DriverBackend, LoadedFunction
 
 _DEFAULT_SHARED = 48 * 1024
 
@@ -45,7 +42,6 @@ class CudaBackend(DriverBackend):
         self.compute_units = 0
         self.drv = Driver(d, "cuda", self._success, self._errstr)
         self._get_ctx = d.cuCtxGetCurrent  # hot path: one lookup, not one per launch
-        self._fast = None
         try:
             (err,) = d.cuInit(0)
         except BackendError:
@@ -81,8 +77,6 @@ class CudaBackend(DriverBackend):
         )
         name = self.drv.check("cuDeviceGetName", d.cuDeviceGetName(256, self._dev))
         self.device_name = (name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name)).strip()
-        if driver is None:
-            self._fast = _FastCalls.open(self)
 
     # -- errors ------------------------------------------------------------------------------
     def _errstr(self, err) -> str:
@@ -107,32 +101,9 @@ class CudaBackend(DriverBackend):
         return 0
 
     def activate(self) -> None:
-        if self._fast is not None:
-            if self._fast.current_context() == self._ctx_int:
-                return
-        else:
-            err, ctx = self._get_ctx()
-            if err == self._success and ctx is not None and int(ctx) == self._ctx_int:
-                return
-        self.drv.check("cuCtxSetCurrent", self._d.cuCtxSetCurrent(self._ctx))
-
-    # -- the per-launch calls, straight into libcuda when it is loaded ------------------------
-    def launch(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
-        if self._fast is None:
-            return super().launch(fn, grid, threads, shared, kernargs, stream)
-        if not isinstance(kernargs, KernargBuffer):
-            kernargs = self._as_kernargs(kernargs)
-        self._fast.launch(fn, grid, threads, shared, kernargs.extra, stream)
-
-    def memset(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
-        if self._fast is None:
-            return super().memset(ptr, byte, nbytes, stream)
-        self._fast.memset(ptr, byte, nbytes, stream)
-
-    def stream_is_capturing(self, stream: int) -> bool:
-        if self._fast is None:
-            return super().stream_is_capturing(stream)
-        return self._fast.is_capturing(stream)
+        err, ctx = self._get_ctx()
+        if err != self._success or ctx is None or int(ctx) != self._ctx_int:
+            self.drv.check("cuCtxSetCurrent", self._d.cuCtxSetCurrent(self._ctx))
 
     # -- code objects ------------------------------------------------------------------------
     def _prepare_function(self, handle, shared: int) -> None:
@@ -182,66 +153,3 @@ class CudaBackend(DriverBackend):
         if res[0] != self._success:
             return None
         return int(res[1])
-
-
-class _FastCalls:
-    """The four calls every launch makes (launch, memset, capture status, current context),
-    made through ctypes on the libcuda that cuda-bindings already loaded. cuda-bindings spends
-    a few microseconds per call converting arguments; these calls take plain integers and are
-    checked in one place like every other call (``Driver``), so the per-launch host cost is the
-    driver's own."""
-
-    def __init__(self, lib, backend: "CudaBackend"):
-        self.be = backend
-        vp, u32 = ctypes.c_void_p, ctypes.c_uint
-        self._launch = lib.cuLaunchKernel
-        self._launch.argtypes = [vp, u32, u32, u32, u32, u32, u32, u32, vp, vp, vp]
-        self._launch.restype = ctypes.c_int
-        self._memset = lib.cuMemsetD8Async
-        self._memset.argtypes = [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t, vp]
-        self._memset.restype = ctypes.c_int
-        self._capturing = lib.cuStreamIsCapturing
-        self._capturing.argtypes = [vp, ctypes.POINTER(ctypes.c_int)]
-        self._capturing.restype = ctypes.c_int
-        self._ctx = lib.cuCtxGetCurrent
-        self._ctx.argtypes = [ctypes.POINTER(vp)]
-        self._ctx.restype = ctypes.c_int
-        self._handles: dict[int, int] = {}
-
-    @classmethod
-    def open(cls, backend):
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            return cls(lib, backend)
-        except (OSError, AttributeError):  # no such library or symbol: the bindings serve every call
-            return None
-
-    def _check(self, name: str, err: int, what: str = ""):
-        if err:
-            be = self.be
-            raise BackendError(f"{name}{'(' + what + ')' if what else ''} failed: {be._errstr(be._d.CUresult(err))}")
-
-    def launch(self, fn, grid, threads, shared, extra, stream):
-        h = self._handles.get(id(fn))
-        if h is None:
-            h = self._handles[id(fn)] = int(fn.handle)
-        err = self._launch(h, grid, 1, 1, threads, 1, 1, shared, stream or None, None, extra)
-        if err:
-            self._check("cuLaunchKernel", err, f"{fn.name}, grid={grid}, threads={threads}, shared={shared}")
-
-    def memset(self, ptr, byte, nbytes, stream):
-        err = self._memset(ptr, byte, nbytes, stream or None)
-        if err:
-            self._check("cuMemsetD8Async", err, f"{ptr:#x}, {byte}, {nbytes}")
-
-    def is_capturing(self, stream) -> bool:
-        status = ctypes.c_int()  # per call: several threads may ask at once
-        err = self._capturing(stream or None, ctypes.byref(status))
-        if err:
-            self._check("cuStreamIsCapturing", err)
-        return status.value != 0
-
-    def current_context(self) -> int:
-        cur = ctypes.c_void_p()
-        err = self._ctx(ctypes.byref(cur))
-        return (cur.value or 0) if not err else -1
