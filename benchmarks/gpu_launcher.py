@@ -189,18 +189,21 @@ def capture(cache, replays=100) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-def _per_call(fn, n=300, warm=50) -> float:
-    """Median host microseconds of one call, back to back (the device work queues behind)."""
+def _per_call(fn, batches=7, per=100, warm=50) -> float:
+    """Host microseconds of one call, back to back: the median over batches of the mean of
+    ``per`` calls (the device work queues behind; a synchronize between batches keeps the
+    launch queue from filling, which would make the host wait for the device)."""
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
+    means = []
+    for _ in range(batches):
         t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    return statistics.median(ts) * 1e6
+        for _ in range(per):
+            fn()
+        means.append((time.perf_counter() - t0) / per)
+        torch.cuda.synchronize()
+    return statistics.median(means) * 1e6
 
 
 def _e2e(fn, n=200, warm=20) -> float:

@@ -315,18 +315,23 @@ class Plan:
 
     # -- launching -----------------------------------------------------------------------------
     def _workspace(self, stream: int):
-        """(zeroed, scratch, keep-alive) base pointers for a launch on ``stream``."""
+        """(zeroed, scratch, keep-alive) base pointers for a launch on ``stream``.
+
+        Warm arenas are used as they are, capturing or not (no driver call). Only when an arena
+        must grow is the stream asked whether it is being captured: under torch.cuda.graph the
+        launch then takes graph-private workspace from torch's allocator; under another capture
+        it is refused (CaptureError), never an allocation inside the capture."""
         be = self.backend
         az, asc = be.arenas.get(stream) or arenas(be, stream)
+        zb, sb = self._zeroed_bytes, self._scratch_bytes
+        if az.nbytes >= zb and asc.nbytes >= sb:
+            return az.ptr if zb else 0, asc.ptr, None
         if be.stream_is_capturing(stream):
-            ws = CaptureWorkspace.from_torch(be, stream, self._zeroed_bytes, self._scratch_bytes)
-            if ws is not None:
-                return ws.zeroed, ws.scratch, ws
-            if az.nbytes < self._zeroed_bytes or asc.nbytes < self._scratch_bytes:
-                raise capture_refused(stream, self._zeroed_bytes + self._scratch_bytes)
-        z = (az.ptr if az.nbytes >= self._zeroed_bytes else az.ensure(self._zeroed_bytes)) if self._zeroed_bytes else 0
-        s = asc.ptr if asc.nbytes >= self._scratch_bytes else asc.ensure(self._scratch_bytes)
-        return z, s, None
+            ws = CaptureWorkspace.from_torch(be, stream, zb, sb)
+            if ws is None:
+                raise capture_refused(stream, zb + sb)
+            return ws.zeroed, ws.scratch, ws
+        return (az.ensure(zb) if zb else 0), asc.ensure(sb), None
 
     def _patch(self, dy: int, x: int, dw: int, z: int, s: int) -> None:
         pk, data = self._packer, self._buf.data

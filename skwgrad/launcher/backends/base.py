@@ -293,6 +293,7 @@ class Driver:
 
     def __init__(self, module, runtime: str, success, errstr):
         self.module = module
+        self.runtime = runtime
         self.success = success
         self.errstr = errstr
         col = RUNTIMES.index(runtime)
@@ -319,6 +320,15 @@ class Driver:
         call.__name__ = name
         return call
 
+    def raw(self, op: str):
+        """The runtime's own function for ``op``, for the per-launch hot path: the caller checks
+        the error code and, only on failure, calls ``fail`` (no message is built per launch)."""
+        return getattr(self.module, CALLS[op][RUNTIMES.index(self.runtime)])
+
+    def fail(self, op: str, err, what: str = ""):
+        name = CALLS[op][RUNTIMES.index(self.runtime)]
+        raise BackendError(f"{name}{'(' + what + ')' if what else ''} failed: {self.errstr(err)}")
+
     def check(self, name: str, result):
         """Check a result tuple of a call made directly on the module (device discovery)."""
         err = result[0]
@@ -329,9 +339,16 @@ class Driver:
 
 class DriverBackend(Backend):
     """The protocol implemented once over a ``Driver``; a runtime adds device discovery, context
-    handling and the few calls whose arguments differ (stream/event flags, pointer queries)."""
+    handling and the few calls whose arguments differ (stream/event flags, pointer queries).
+    A runtime's ``__init__`` calls ``_bind(driver)`` once it has one."""
 
     drv: Driver
+
+    def _bind(self, drv: Driver) -> None:
+        self.drv = drv
+        self._ok = drv.success
+        self._launch = drv.raw("launch")  # per-launch calls: looked up once
+        self._memset = drv.raw("memset")
 
     def _load_module(self, binary: bytes):
         return self.drv.module_load(binary)
@@ -351,7 +368,9 @@ class DriverBackend(Backend):
         self.drv.free(ptr)
 
     def memset(self, ptr: int, byte: int, nbytes: int, stream: int = 0) -> None:
-        self.drv.memset(ptr, byte, nbytes, stream, what=f"{ptr:#x}, {byte}, {nbytes}")
+        (err,) = self._memset(ptr, byte, nbytes, stream)
+        if err != self._ok:
+            self.drv.fail("memset", err, f"{ptr:#x}, {byte}, {nbytes}")
 
     def memcpy_htod(self, dst: int, src, nbytes: int) -> None:
         addr, _keep = host_address(src, nbytes, writable=False)
@@ -364,12 +383,11 @@ class DriverBackend(Backend):
         self.drv.dtoh(addr, src, nbytes)
 
     def launch(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
-        if not isinstance(kernargs, KernargBuffer):
+        if type(kernargs) is not KernargBuffer:
             kernargs = self._as_kernargs(kernargs)
-        self.drv.launch(
-            fn.handle, grid, 1, 1, threads, 1, 1, shared, stream, None, kernargs.extra,
-            what=f"{fn.name}, grid={grid}, threads={threads}, shared={shared}",
-        )  # fmt: skip
+        (err,) = self._launch(fn.handle, grid, 1, 1, threads, 1, 1, shared, stream, None, kernargs.extra)
+        if err != self._ok:
+            self.drv.fail("launch", err, f"{fn.name}, grid={grid}, threads={threads}, shared={shared}")
 
     def stream_destroy(self, stream: int) -> None:
         self.drv.stream_destroy(stream)

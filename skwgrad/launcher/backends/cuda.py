@@ -40,7 +40,7 @@ class CudaBackend(DriverBackend):
         self.device_name = "CUDA device"
         self.arch = ""
         self.compute_units = 0
-        self.drv = Driver(d, "cuda", self._success, self._errstr)
+        self._bind(Driver(d, "cuda", self._success, self._errstr))
         self._get_ctx = d.cuCtxGetCurrent  # hot path: one lookup, not one per launch
         try:
             (err,) = d.cuInit(0)

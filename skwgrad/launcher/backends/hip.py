@@ -52,7 +52,7 @@ class HipBackend(DriverBackend):
         self.device_name = "ROCm device"
         self.arch = ""
         self.compute_units = 0
-        self.drv = Driver(h, "hip", self._success, self._errstr)
+        self._bind(Driver(h, "hip", self._success, self._errstr))
         self.launch_params = (
             int(h.HIP_LAUNCH_PARAM_BUFFER_POINTER),
             int(h.HIP_LAUNCH_PARAM_BUFFER_SIZE),
