@@ -441,6 +441,8 @@ def main():
     budget = Budget(a.budget_s)
     dev = torch.device(a.device)
     if dev.type == "cuda":
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     torch.backends.cudnn.benchmark = bool(a.cudnn_benchmark)
     if a.cache:
