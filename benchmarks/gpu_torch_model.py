@@ -418,6 +418,7 @@ def main():
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--cache", default=None, help="skwgrad cache (default: $SKWGRAD_CACHE, else the user cache)")
     ap.add_argument("--models", default="resnet50,mobilenet_v2")
+    ap.add_argument("--compile-control", action="store_true", help="also run the compiled phase with skwgrad off")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--amp", default="bf16", choices=["bf16", "fp16", "none"])
@@ -503,6 +504,14 @@ def main():
             checks = [int(c) for c in a.checks.split(",") if c and int(c) < a.compile_steps]
             phase(r, "compiled", lambda: compiled_run(run, pat, x, target, a.compile_steps, checks), save, budget,
                   60 + reserve)  # fmt: skip
+            if a.compile_control:
+                # The same compiled run with skwgrad switched off (PyTorch's own weight gradient):
+                # tells a wrong gradient of ours from a property of the check under CUDA graphs.
+                def control():
+                    with st.enabled(False):
+                        return compiled_run(run, pat, x, target, a.compile_steps, checks)
+
+                phase(r, "compiled_control_native", control, save, budget, 60 + reserve)
         del ref, pat
         if dev.type == "cuda":
             torch.cuda.empty_cache()
