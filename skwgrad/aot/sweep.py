@@ -216,53 +216,99 @@ def _spec(family, variant, dtype, dw, prec, tile: Tile, *, dims=2, pw=False, vc=
     )  # fmt: skip
 
 
-def _smoke(arch, dtype, modes, reductions, tiles):
-    W = widest_vec(dtype)
-    dwf = "fp32"
-    prec = precisions(dtype, arch, "smoke")[0]
-    out = []
-    for t in tiles or (_SMOKE_TILE,):
-        t = t if t.num_warps and t.num_stages else Tile(t.bm, t.bn, t.bk, t.num_warps or 4, t.num_stages or 2)
-        tree_tile = t if tiles else _SMOKE_TREE_TILE
-        out += [
-            _spec("wgrad", "direct", dtype, dtype, prec, t, vc=W, vk=W),
-            _spec("wgrad", "two_stage", dtype, dtype, prec, t, vc=W, vk=W),
-            _spec("wgrad", "atomic", dtype, dwf, prec, t, vc=W, vk=W),
-            _spec("wgrad", "direct", dtype, dtype, prec, t, dims=3, vc=1, vk=W),  # 3-D, first-layer C
-            _spec("wgrad", "direct", dtype, dtype, prec, t, pw=True, vc=W, vk=W),  # pointwise
-        ]
-        for mode in modes:
-            for red in reductions:
-                if red == "tree":
-                    # dp_sk: the scalar depthwise kernel of the pruning rule; persistent: (W, W).
-                    if mode == "dp_sk":
-                        out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, tree_tile, mode=mode))
-                    else:
-                        out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, t, vc=W, vk=W, mode=mode))
-                    continue
-                # atomic needs fp32 dW; persistent workspace writes fp32 dW so the fp32 Stage-2 is built.
-                dw = dwf if red == "atomic" or (red == "workspace" and mode == "persistent") else dtype
-                out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, vc=W, vk=W, mode=mode))
-    return out
+@dataclass(frozen=True)
+class FamilyContext:
+    """What a family's enumerator is asked for: one arch and input dtype of one sweep."""
+
+    preset: str  # smoke | default | full
+    arch: str
+    dtype: str
+    modes: tuple[str, ...]  # requested stream-K modes (empty with --streamk off)
+    reductions: tuple[str, ...]  # requested stream-K reductions
+    tiles: tuple[Tile, ...] | None  # --tiles, or None for the preset's tiles
+
+    @property
+    def configs(self) -> list[Tile]:
+        """The preset's (or --tiles') fully specified tiles for this arch/dtype (not smoke)."""
+        return _tile_configs(self.preset, self.arch, self.dtype, self.tiles)
+
+    @property
+    def smoke_tiles(self) -> list[Tile]:
+        """Smoke's tiles: the smallest tile, or --tiles with warps/stages defaulted to 4/2."""
+        return [t if t.num_warps and t.num_stages else Tile(t.bm, t.bn, t.bk, t.num_warps or 4, t.num_stages or 2)
+                for t in (self.tiles or (_SMOKE_TILE,))]  # fmt: skip
 
 
-def _pruned(preset, arch, dtype, modes, reductions, tiles):
-    W = widest_vec(dtype)
-    if preset == "full":
-        splitk_pairs = list(itertools.product(vec_widths(dtype), vec_widths(dtype)))
+# Family name -> enumerator(ctx) -> specs. A kernel family registers here (``register_family``)
+# and every sweep, the corpus-driven one included, then holds its specs; the Stage-2 reduce is
+# added for the dW dtypes of any ``two_stage``/``workspace`` spec, whatever family it is in.
+FAMILY_ENUMERATORS: dict = {}
+
+
+def register_family(name: str, enumerate_fn) -> None:
+    """Add (or replace) the enumerator of one kernel family: ``enumerate_fn(ctx: FamilyContext)``
+    returns that family's ``KernelSpec``s for ``ctx.arch`` / ``ctx.dtype`` under ``ctx.preset``
+    and the filters (it must honour ``ctx.tiles`` and, if it has stream-K specs, ``ctx.modes`` /
+    ``ctx.reductions``)."""
+    FAMILY_ENUMERATORS[name] = enumerate_fn
+
+
+def _geometries(ctx: FamilyContext):
+    """(precision, dW dtype, tile, spatial dims, pointwise) of the default/full presets."""
+    return itertools.product(precisions(ctx.dtype, ctx.arch, ctx.preset), dw_dtypes(ctx.dtype), ctx.configs, (2, 3), (False, True))
+
+
+def _splitk_specs(ctx: FamilyContext) -> list[KernelSpec]:
+    """Split-K (``wgrad``): at every vector width of the preset, every epilogue the dW dtype admits."""
+    dtype, W = ctx.dtype, widest_vec(ctx.dtype)
+    if ctx.preset == "smoke":
+        prec = precisions(dtype, ctx.arch, "smoke")[0]
+        out = []
+        for t in ctx.smoke_tiles:
+            out += [
+                _spec("wgrad", "direct", dtype, dtype, prec, t, vc=W, vk=W),
+                _spec("wgrad", "two_stage", dtype, dtype, prec, t, vc=W, vk=W),
+                _spec("wgrad", "atomic", dtype, "fp32", prec, t, vc=W, vk=W),
+                _spec("wgrad", "direct", dtype, dtype, prec, t, dims=3, vc=1, vk=W),  # 3-D, first-layer C
+                _spec("wgrad", "direct", dtype, dtype, prec, t, pw=True, vc=W, vk=W),  # pointwise
+            ]
+        return out
+    if ctx.preset == "full":
+        pairs = list(itertools.product(vec_widths(dtype), vec_widths(dtype)))
     else:
         # {1, W} x {1, W}, plus the intermediate diagonal (2, 2), (4, 4): channel counts that are
         # multiples of 4 but not 8 (C=100, K=60) otherwise fall back to scalar loads, ~5x slower.
-        splitk_pairs = list(itertools.product((1, W), (1, W))) + [(w, w) for w in vec_widths(dtype) if 1 < w < W]
-    configs = _tile_configs(preset, arch, dtype, tiles)
+        pairs = list(itertools.product((1, W), (1, W))) + [(w, w) for w in vec_widths(dtype) if 1 < w < W]
     out = []
-    for prec, dw, t, dims, pw in itertools.product(
-        precisions(dtype, arch, preset), dw_dtypes(dtype), configs, (2, 3), (False, True)
-    ):
-        # split-K at every width
+    for prec, dw, t, dims, pw in _geometries(ctx):
         for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
-            for vc, vk in splitk_pairs:
+            for vc, vk in pairs:
                 out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+    return out
+
+
+def _streamk_specs(ctx: FamilyContext) -> list[KernelSpec]:
+    """Stream-K (``wgrad_sk``) under the pruning rules of the module docstring."""
+    dtype, W, modes, reductions = ctx.dtype, widest_vec(ctx.dtype), ctx.modes, ctx.reductions
+    out = []
+    if ctx.preset == "smoke":
+        prec = precisions(dtype, ctx.arch, "smoke")[0]
+        for t in ctx.smoke_tiles:
+            tree_tile = t if ctx.tiles else _SMOKE_TREE_TILE
+            for mode in modes:
+                for red in reductions:
+                    if red == "tree":
+                        # dp_sk: the scalar depthwise kernel of the pruning rule; persistent: (W, W).
+                        if mode == "dp_sk":
+                            out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, tree_tile, mode=mode))
+                        else:
+                            out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, t, vc=W, vk=W, mode=mode))
+                        continue
+                    # atomic needs fp32 dW; persistent workspace writes fp32 dW so the fp32 Stage-2 is built.
+                    dw = "fp32" if red == "atomic" or (red == "workspace" and mode == "persistent") else dtype
+                    out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, vc=W, vk=W, mode=mode))
+        return out
+    for prec, dw, t, dims, pw in _geometries(ctx):
         # stream-K at W: (W, W) and (W, 1) = (vec_k W, vec_c 1); every requested reduction but tree
         for mode in modes:
             for red in _variants_for("wgrad_sk", dw, tuple(r for r in reductions if r != "tree")):
@@ -274,6 +320,10 @@ def _pruned(preset, arch, dtype, modes, reductions, tiles):
                 if red in reductions:
                     out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, mode="dp_sk"))
     return out
+
+
+register_family("wgrad", _splitk_specs)
+register_family("wgrad_sk", _streamk_specs)
 
 
 def stage2_spec(dw_dtype: str) -> KernelSpec:
@@ -345,14 +395,81 @@ def sweep(
     for arch in arches:
         specs: list[KernelSpec] = []
         for dtype in dtypes:
-            if preset == "smoke":
-                specs += _smoke(arch, dtype, modes, reductions, tiles)
-            else:
-                specs += _pruned(preset, arch, dtype, modes, reductions, tiles)
+            ctx = FamilyContext(preset, arch, dtype, modes, reductions, tiles)
+            for enumerate_fn in FAMILY_ENUMERATORS.values():
+                specs += enumerate_fn(ctx)
         for dw in sorted({s.dw_dtype for s in specs if _needs_stage2(s)}):
             specs.append(stage2_spec(dw))
         items.update(SweepItem(arch, s) for s in specs)
     return sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
+
+
+@dataclass
+class ProblemSweep:
+    """The corpus-driven sweep: ``items`` to build and, per problem, what it gets."""
+
+    items: list  # SweepItem, sorted, Stage-2 included
+    problems: list  # (name, ConvProblem)
+    per_problem: dict  # (name index, arch) -> number of main kernels selection could choose
+    unserved: list  # (name, arch): no spec of the preset and filters admits the problem
+
+    def to_dict(self) -> dict:
+        return {
+            "problems": len(self.problems),
+            "unserved": [{"problem": n, "arch": a} for n, a in self.unserved],
+        }
+
+
+def _admission_key(spec: KernelSpec) -> tuple:
+    return (spec.dtype, spec.dw_dtype, spec.precision, spec.spatial_dims)
+
+
+def sweep_for_problems(
+    problems,
+    preset: str = "default",
+    arches=None,
+    dtypes=None,
+    streamk: str = "all",
+    reductions=None,
+    tiles=None,
+) -> ProblemSweep:
+    """Exactly the kernels selection could choose for ``problems`` on ``arches``: the preset's
+    (and filters') main-kernel specs that admit at least one problem, narrowed per problem the way
+    the launcher narrows (``skwgrad.abi.narrow.selectable``: per family the widest channel
+    vectors, pointwise addressing for a pointwise problem), plus the Stage-2 reduce for each dW
+    dtype a chosen ``two_stage``/``workspace`` kernel writes.
+
+    ``problems``: ``ConvProblem``s or ``(name, ConvProblem)`` pairs. Without ``dtypes`` the
+    problems' own input dtypes are swept."""
+    from skwgrad.abi.narrow import selectable
+
+    named = [(p if isinstance(p, tuple) else (p.describe(), p)) for p in problems]
+    if not named:
+        raise SweepError("no problems given: pass --corpus FILE or --problem TEXT")
+    if not dtypes:
+        dtypes = sorted({p.dtype for _, p in named}, key=list(DTYPES).index)
+    base = sweep(preset, arches=arches, dtypes=dtypes, streamk=streamk, reductions=reductions, tiles=tiles)
+    arches = resolve_arches(arches)
+    by_arch: dict[str, dict] = {a: {} for a in arches}
+    for it in base:
+        if it.spec.family != "stage2":
+            by_arch[it.arch].setdefault(_admission_key(it.spec), []).append(it.spec)
+    items: set[SweepItem] = set()
+    per_problem, unserved = {}, []
+    for arch in arches:
+        chosen: set[KernelSpec] = set()
+        for i, (name, p) in enumerate(named):
+            group = by_arch[arch].get((p.dtype, p.dw_dtype, p.precision, p.spatial_dims), [])
+            keep = selectable(group, p)
+            per_problem[(i, arch)] = len(keep)
+            if not keep:
+                unserved.append((name, arch))
+            chosen.update(keep)
+        for dw in sorted({s.dw_dtype for s in chosen if _needs_stage2(s)}):
+            chosen.add(stage2_spec(dw))
+        items.update(SweepItem(arch, s) for s in chosen)
+    out = sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
+    return ProblemSweep(out, named, per_problem, unserved)
 
 
 def counts(items) -> Counter:
