@@ -105,8 +105,9 @@ def test_corpus_rows_each_get_a_kernel_and_the_sweep_is_small():
     assert not ps.unserved
     assert all(ps.per_problem[(i, a)] > 0 for i in range(len(rows)) for a in ("gfx942", "gfx950"))
     full_default = sweep("default", arches=["gfx942", "gfx950"])
-    assert set(ps.items) <= set(full_default)
-    assert len(ps.items) < len(full_default) / 5
+    assert set(ps.items) <= set(full_default) and len(ps.items) < len(full_default) / 3
+    broad = sweep_for_problems(rows, "broad", arches=["gfx942", "gfx950"])
+    assert not broad.unserved and len(broad.items) < len(sweep("broad", arches=["gfx942", "gfx950"])) / 10
     # every row: the launcher's choice from a cache of exactly the corpus sweep
     for arch in ("gfx942", "gfx950"):
         cache = F.FakeCache()
@@ -156,3 +157,19 @@ def test_cli_problem_option_and_bad_input():
     assert err["type"] == "ProblemError" and "missing" in err["message"]
     bad = CliRunner().invoke(main, ["compile-all", "--problem", "n=1,c=4,k=4,h=4,w=4,y=1,x=1,dtype=fp32,precision=tf32", "--arch", "gfx950", "--dry-run"])
     assert bad.exit_code == 1 and "no kernel of the selection admits 1" in bad.output
+
+
+def test_compare_presets_view_restricts_tuning_to_the_presets_kernels():
+    """benchmarks/compare_presets.py (the H200 check of the pruned default) tunes through a view
+    of the cache that holds one preset's kernels only."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_presets", Path(__file__).parents[1] / "benchmarks" / "compare_presets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = F.full_cache(dims=(2,), vecs=((8, 8),))
+    p = ConvProblem(n=8, c=64, k=64, hi=56, wi=56, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1))
+    keep = {e.key for e in c.find("sm_90") if e.spec.family != "wgrad_sk" or e.spec.mode == "dp_sk"}
+    rows = select.tune(p, F.FakeBackend(cus=8, max_active=2), mod._View(c, keep), remember=False, warmup=1, iters=2)
+    assert rows and {r["key"] for r in rows} <= keep and all(r["mode"] != "persistent" for r in rows)
+    assert c.tuned("sm_90", 8, select.problem_key(p)) is None

@@ -96,6 +96,12 @@ def default_all():
     return sweep("default")
 
 
+@pytest.fixture(scope="module")
+def broad_all():
+    """Today's default before the pruning by measured use: kept as ``broad``."""
+    return sweep("broad")
+
+
 def test_streamk_pruning_rule_full(full_gfx942):
     ss = specs(full_gfx942)
     sk = [s for s in ss if s.family == "wgrad_sk"]
@@ -152,11 +158,11 @@ def test_gfx950_never_gets_tf32():
         assert "tf32" in {s.precision for s in specs(sweep("default", arches=[arch], dtypes=["fp32"]))}
 
 
-def test_default_is_pruned_and_covers_every_dtype(default_all):
-    ss = specs(default_all)
+def test_broad_is_pruned_and_covers_every_dtype(broad_all):
+    ss = specs(broad_all)
     assert all(allowed_streamk(s) for s in ss if s.family == "wgrad_sk")
     for arch in ARCHES:
-        a = specs(default_all, arch)
+        a = specs(broad_all, arch)
         assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
         assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "atomic", "workspace"))) | {("dp_sk", "tree")}
         assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
@@ -164,8 +170,53 @@ def test_default_is_pruned_and_covers_every_dtype(default_all):
         for dt in ("fp16", "bf16", "fp32"):
             assert any(s.family == "wgrad" and s.dtype == dt and (s.vec_c, s.vec_k) == (1, 1) for s in a)
     # counts are per arch/dtype/family
-    c = counts(default_all)
-    assert sum(c.values()) == len(default_all)
+    c = counts(broad_all)
+    assert sum(c.values()) == len(broad_all)
+    assert Counter(it.arch for it in broad_all) == {"gfx942": 3155, "gfx950": 2603, "sm_90": 3155}
+
+
+def default_rule(s: KernelSpec) -> bool:
+    """The pruned default, written from benchmarks/COMPILE.md ("The pruned default")."""
+    w = W[s.dtype]
+    half = s.dtype != "fp32"
+    tiles = {(64, 128, 64 if half else 32, 4), (128, 128, 64 if half else 32, 8)}
+    tile = (s.bm, s.bn, s.bk, s.num_warps)
+    if s.spatial_dims == 3 and s.pointwise:
+        return False
+    if s.family == "wgrad":
+        if s.variant not in ("direct", "two_stage"):
+            return False
+        pairs = {(w, w), (w // 2, w // 2)} | (set() if s.pointwise else {(1, 1), (1, w), (w, 1)})
+        if s.dw_dtype != s.dtype:  # fp32 dW of half inputs: two_stage, (1,1)/(W,W), the larger tile
+            return s.variant == "two_stage" and tile == max(tiles) and (s.vec_c, s.vec_k) in ({(w, w)} if s.pointwise else {(1, 1), (w, w)})
+        if tile == (64, 64, 64 if half else 32, 4):  # the first-layer kernel
+            return (s.vec_c, s.vec_k) == (1, w) and s.spatial_dims == 2 and not s.pointwise
+        return tile in tiles and (s.vec_c, s.vec_k) in pairs
+    if s.family == "wgrad_sk":
+        if tile not in tiles or s.dw_dtype != s.dtype:
+            return False
+        if (s.vec_c, s.vec_k) == (1, 1):
+            return s.mode == "dp_sk" and s.variant in ("tree", "workspace") and not s.pointwise
+        return (s.vec_c, s.vec_k) == (w, w) and s.variant in ("linear", "workspace")
+    return s.family == "stage2"
+
+
+def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_all):
+    for arch in ARCHES:
+        a = specs(default_all, arch)
+        assert a and all(default_rule(s) for s in a), [s.label for s in a if not default_rule(s)][:5]
+        assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
+        assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "workspace"))) | {("dp_sk", "tree")}
+        assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
+        # every (dtype, dW dtype, precision, dims) has the scalar split-K kernel: any channel count runs
+        for dt in ("fp16", "bf16", "fp32"):
+            for dw in {dt, "fp32"}:
+                for dims in (2, 3):
+                    assert any(s.family == "wgrad" and (s.dtype, s.dw_dtype, s.spatial_dims, s.vec_c, s.vec_k, s.pointwise) == (dt, dw, dims, 1, 1, False) for s in a)
+    assert Counter(it.arch for it in default_all) == {"gfx942": 341, "gfx950": 259, "sm_90": 341}
+    assert len(default_all) < len(broad_all) / 9
+    # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
+    assert {(s.bm, s.bn) for s in specs(default_all) if s.family != "stage2"} <= {(s.bm, s.bn) for s in specs(broad_all)}
 
 
 def test_streamk_off_keeps_splitk_keys_and_labels():
@@ -200,7 +251,7 @@ def test_tiles_filter_replaces_preset_tiles():
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        ({"preset": "huge"}, ["preset", "smoke, default, full"]),
+        ({"preset": "huge"}, ["preset", "smoke, default, broad, full"]),
         ({"arches": ["gfx90a"]}, ["gfx90a", "gfx942, gfx950, sm_90"]),
         ({"dtypes": ["fp8"]}, ["fp8", "fp16, bf16, fp32"]),
         ({"reductions": "linear,fancy"}, ["linear, tree, atomic, workspace"]),
@@ -241,9 +292,9 @@ def test_cli_rejects_bad_values():
     assert r.exit_code == 2 and "BMxBNxBK" in r.output
 
 
-def test_default_splitk_widths_are_the_corners_and_the_diagonal(default_all):
+def test_broad_splitk_widths_are_the_corners_and_the_diagonal(broad_all):
     by_dtype = {}
-    for s in specs(default_all):
+    for s in specs(broad_all):
         if s.family == "wgrad":
             by_dtype.setdefault(s.dtype, set()).add((s.vec_c, s.vec_k))
     for dt, pairs in by_dtype.items():

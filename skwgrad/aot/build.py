@@ -452,7 +452,7 @@ def compile_job(spec_dict: dict, arch: str, coordinator: str | None = None) -> d
         return {**base, "ok": False, "kind": "environment", "message": f"worker {_here()}: {problem}", "seconds": 0.0}
     from skwgrad.aot.compile import compile_spec
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), os.times()
     try:
         ck = compile_spec(spec, arch)
     except Exception as e:  # the compiler's message is the record
@@ -467,7 +467,10 @@ def compile_job(spec_dict: dict, arch: str, coordinator: str | None = None) -> d
             **base, "ok": False, "kind": "unlaunchable", "seconds": time.perf_counter() - t0,
             "message": f"needs {shared} bytes of LDS/shared memory per CTA; {arch} has {lds}: it could never launch",
         }  # fmt: skip
-    return {**base, "ok": True, "binary": ck.binary, "metadata": ck.metadata, "seconds": time.perf_counter() - t0}
+    c1 = os.times()  # this process and its finished children (ptxas): the CPU the compile cost
+    cpu = (c1.user - c0.user) + (c1.system - c0.system) + (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+    metadata = {**ck.metadata, "compile_cpu_seconds": round(cpu, 3)}
+    return {**base, "ok": True, "binary": ck.binary, "metadata": metadata, "seconds": time.perf_counter() - t0}
 
 
 def local_job(spec_dict: dict, arch: str, coordinator: str, result_dir: str) -> dict:

@@ -29,7 +29,7 @@ class _Done(Exception):
 
 @click.command("compile-all")
 @click.option("--preset", type=click.Choice(PRESETS), default="default", show_default=True,
-              help="smoke: a few kernels covering every family/mode/reduction; default: a deployment; full: everything")  # fmt: skip
+              help="smoke: a few kernels covering every family/mode/reduction; default: a deployment, pruned by measured use; broad: the wider default before pruning; full: everything")  # fmt: skip
 @click.option("--corpus", "corpora", multiple=True, type=click.Path(dir_okay=False, exists=True),
               help="corpus CSV (tests/data/wgrad_shapes.csv format): build only what selection could choose for its rows; repeatable")  # fmt: skip
 @click.option("--problem", "problem_texts", multiple=True,

@@ -16,8 +16,25 @@ Presets
     need to exercise every mode x reduction; that is why it holds ``persistent x tree``, which
     the pruned presets never build (below). Smoke is therefore *not* a subset of ``default``.
 ``default``
-    What a deployment needs: a few tiles per arch chosen to fit the arch's LDS / shared memory
-    (``Arch.default_tiles`` in ``skwgrad.abi.arch``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
+    What a deployment needs, pruned by measured use (benchmarks/COMPILE.md, "The pruned default",
+    gives the data): the two tiles the H200 tuned run used, 64x128x64 (4 warps) and 128x128x64
+    (8 warps), with BK 32 for fp32, at the arch's default stages, on every arch (both fit the
+    gfx942 LDS at two stages); 2-D, 2-D pointwise and 3-D (a 3-D 1x1 problem runs on the 3-D
+    kernel); every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``).
+    Split-K ``direct`` and ``two_stage`` at ``(1,1)``, ``(1,W)``, ``(W,1)``, ``(W,W)`` and
+    ``(W/2,W/2)`` (pointwise only at ``(W,W)`` and ``(W/2,W/2)``), and the first-layer ``(1,W)``
+    kernel also at 64x64 (C = 3: the tile the kernel bench's best conv1 split-K used). Stream-K
+    ``{dp_sk, persistent} x {linear, workspace}`` at ``(W,W)``, plus the scalar depthwise
+    ``dp_sk x {tree, workspace}`` (BN = 128 tiles, not pointwise). fp32 dW of fp16/bf16 input:
+    ``two_stage`` at ``(1,1)`` and ``(W,W)`` on the larger tile, so such a request still runs.
+    Not in default (``broad``/``full`` keep them): the ``atomic`` split-K epilogue and stream-K
+    reduction (no tuned choice ever used them), stream-K at ``(1,W)`` (conv1 runs split-K at
+    parity, 184 vs 189 us), the 128x64 and arch-specific large tiles. Every problem still has a
+    kernel: the scalar split-K exists for every dtype, dW dtype, precision and dimensionality.
+``broad``
+    The default before the pruning (kept to compare against, and for users who tune widely): a
+    few tiles per arch chosen to fit the arch's LDS / shared memory (``Arch.default_tiles`` in
+    ``skwgrad.abi.arch``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
     not, every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``), dW in the input
     dtype and in fp32, and for split-K the channel alignments ``{1, W} x {1, W}`` (``vec = 1``
     serves any channel count, ``W`` the aligned common case) plus the intermediate diagonal
@@ -33,7 +50,7 @@ Presets
     the real ``shared`` figure of each code object against the arch and records a failure for
     any that could never launch.
 
-Stream-K pruning (``default`` and ``full``), after the seed's "Cache them only where they are used"
+Stream-K pruning (``broad`` and ``full``; ``default`` prunes further, above), after the seed's "Cache them only where they are used"
 -----------------------------------------------------------------------------------------------
 Stream-K kernels were first built for every geometry x mode x reduction x all 16 vector-width
 pairs; almost none of them were ever selected. They are kept only where stream-K is used:
@@ -54,6 +71,13 @@ Shapes at the other vector widths are served by the split-K kernels, which are k
 width. The rules change which stream-K specs exist, never a spec's fields, so with
 ``--streamk off`` the split-K keys and labels are exactly the ones a build without stream-K
 would make (a spec's key depends on the spec alone, SPEC section 7).
+
+Corpus-driven sweeps (``compile-all --corpus FILE`` / ``--problem TEXT``, ``sweep_for_problems``):
+of a preset's specs, exactly those selection could choose for the given problems (the launcher's
+narrowing, ``skwgrad.abi.narrow``), plus their Stage-2 reduces.
+
+Kernel families register an enumerator (``register_family``): every sweep, presets and corpus
+alike, asks each registered family for its specs per arch and dtype (``FamilyContext``).
 
 Filters: ``--arch``, ``--dtype``, ``--streamk off|dp_sk|persistent|all`` (which stream-K modes;
 split-K is always built, it is the fallback every shape has), ``--streamk-reductions`` (subset of
@@ -77,7 +101,7 @@ from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import SkwgradError
 
-PRESETS = ("smoke", "default", "full")
+PRESETS = ("smoke", "default", "broad", "full")
 STREAMK_CHOICES = ("off", *MODES, "all")
 STAGE2_WARPS = 4
 SMOKE_DTYPES = ("bf16",)
@@ -175,6 +199,17 @@ _SMOKE_TILE = Tile(32, 32, 32, 4, 2)  # smallest MFMA/wgmma-friendly tile: faste
 _SMOKE_TREE_TILE = Tile(32, 128, 32, 4, 2)  # the scalar dp_sk tree kernel follows the BN >= 128 rule
 
 
+# The pruned ``default`` (benchmarks/COMPILE.md, "The pruned default"): the two tiles of the H200
+# tuned run, BK 32 for fp32 (the fp32 rows ran at BK 32); the first-layer (1, W) split-K kernel
+# also at BM=BN=64; fp32 dW of half inputs only on the larger tile.
+_DEFAULT_TILES = {2: (Tile(64, 128, 64, 4), Tile(128, 128, 64, 8)), 4: (Tile(64, 128, 32, 4), Tile(128, 128, 32, 8))}
+_FIRST_LAYER_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
+
+
+def _default_tiles(dtype: str) -> tuple[Tile, ...]:
+    return _DEFAULT_TILES[DTYPE_BYTES[dtype]]
+
+
 def _fits(arch: str, dtype: str, bm: int, bn: int, bk: int) -> bool:
     """False only when the tile can never fit: half of one stage's A+B slices over the LDS."""
     return (bm + bn) * bk * DTYPE_BYTES[dtype] // 2 <= ARCHES[arch].lds_bytes_per_cu
@@ -190,6 +225,8 @@ def _tile_configs(preset: str, arch: str, dtype: str, tiles: tuple[Tile, ...] | 
             out += [Tile(t.bm, t.bn, t.bk, w, s) for w in warps for s in stages]
         return out
     if preset == "default":
+        return [Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[arch].default_stages) for t in _default_tiles(dtype)]
+    if preset == "broad":
         return [
             Tile(bm, bn, bk, w, ARCHES[arch].default_stages)
             for bm, bn, bk, w in ARCHES[arch].default_tiles
@@ -273,6 +310,8 @@ def _splitk_specs(ctx: FamilyContext) -> list[KernelSpec]:
                 _spec("wgrad", "direct", dtype, dtype, prec, t, pw=True, vc=W, vk=W),  # pointwise
             ]
         return out
+    if ctx.preset == "default":
+        return _default_splitk(ctx)
     if ctx.preset == "full":
         pairs = list(itertools.product(vec_widths(dtype), vec_widths(dtype)))
     else:
@@ -308,6 +347,8 @@ def _streamk_specs(ctx: FamilyContext) -> list[KernelSpec]:
                     dw = "fp32" if red == "atomic" or (red == "workspace" and mode == "persistent") else dtype
                     out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, vc=W, vk=W, mode=mode))
         return out
+    if ctx.preset == "default":
+        return _default_streamk(ctx)
     for prec, dw, t, dims, pw in _geometries(ctx):
         # stream-K at W: (W, W) and (W, 1) = (vec_k W, vec_c 1); every requested reduction but tree
         for mode in modes:
@@ -319,6 +360,62 @@ def _streamk_specs(ctx: FamilyContext) -> list[KernelSpec]:
             for red in ("tree", "workspace"):
                 if red in reductions:
                     out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, mode="dp_sk"))
+    return out
+
+
+_DEFAULT_GEOMETRIES = ((2, False), (2, True), (3, False))  # 3-D pointwise runs on the 3-D kernel
+_DEFAULT_SPLITK = ("direct", "two_stage")  # atomic: never chosen by tuning; broad/full keep it
+_DEFAULT_SK = ("linear", "workspace")  # atomic stream-K: never chosen by tuning; tree: depthwise only
+
+
+def _default_pairs(dtype: str, pointwise: bool) -> list[tuple[int, int]]:
+    """(1,1), (1,W), (W,1), (W,W) and (W/2,W/2); pointwise addressing only at (W,W), (W/2,W/2)
+    (the pointwise rows all have aligned channels; unaligned 1x1 runs on the general kernel)."""
+    W = widest_vec(dtype)
+    if pointwise:
+        return [(W, W), (W // 2, W // 2)]
+    return [(1, 1), (1, W), (W, 1), (W, W), (W // 2, W // 2)]
+
+
+def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
+    dtype, W = ctx.dtype, widest_vec(ctx.dtype)
+    tiles = ctx.configs
+    out = []
+    for prec in precisions(dtype, ctx.arch, "default"):
+        for t in tiles:
+            for dims, pw in _DEFAULT_GEOMETRIES:
+                for variant in _DEFAULT_SPLITK:
+                    for vc, vk in _default_pairs(dtype, pw):
+                        out.append(_spec("wgrad", variant, dtype, dtype, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+        # first layer (C = 3): the (1, W) kernel also at BM = BN = 64 (K = 64, Ng = 7*7*3)
+        for t in ([] if ctx.tiles else [_FIRST_LAYER_TILE[DTYPE_BYTES[dtype]]]):
+            t = Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[ctx.arch].default_stages)
+            for variant in _DEFAULT_SPLITK:
+                out.append(_spec("wgrad", variant, dtype, dtype, prec, t, vc=1, vk=W))
+        # fp32 dW of half inputs: served (two_stage) at (1,1) and (W,W) on the larger tile
+        if dtype != "fp32":
+            for t in (tiles if ctx.tiles else tiles[-1:]):
+                for dims, pw in _DEFAULT_GEOMETRIES:
+                    for vc, vk in ([(W, W)] if pw else [(1, 1), (W, W)]):
+                        out.append(_spec("wgrad", "two_stage", dtype, "fp32", prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+    return out
+
+
+def _default_streamk(ctx: FamilyContext) -> list[KernelSpec]:
+    dtype, W = ctx.dtype, widest_vec(ctx.dtype)
+    out = []
+    for prec in precisions(dtype, ctx.arch, "default"):
+        for t in ctx.configs:
+            for dims, pw in _DEFAULT_GEOMETRIES:
+                for mode in ctx.modes:
+                    for red in _DEFAULT_SK:
+                        if red in ctx.reductions:
+                            out.append(_spec("wgrad_sk", red, dtype, dtype, prec, t, dims=dims, pw=pw, vc=W, vk=W, mode=mode))
+                # scalar dp_sk x {tree, workspace} for large-filter depthwise: BN >= 128, not pointwise
+                if "dp_sk" in ctx.modes and t.bn >= 128 and not pw:
+                    for red in ("tree", "workspace"):
+                        if red in ctx.reductions:
+                            out.append(_spec("wgrad_sk", red, dtype, dtype, prec, t, dims=dims, mode="dp_sk"))
     return out
 
 
