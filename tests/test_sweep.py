@@ -175,46 +175,64 @@ def test_broad_is_pruned_and_covers_every_dtype(broad_all):
     assert Counter(it.arch for it in broad_all) == {"gfx942": 3155, "gfx950": 2603, "sm_90": 3155}
 
 
-def default_rule(s: KernelSpec) -> bool:
+def default_rule(s: KernelSpec, arch: str) -> bool:
     """The pruned default, written from benchmarks/COMPILE.md ("The pruned default")."""
     w = W[s.dtype]
     half = s.dtype != "fp32"
     tiles = {(64, 128, 64 if half else 32, 4), (128, 128, 64 if half else 32, 8)}
     tile = (s.bm, s.bn, s.bk, s.num_warps)
+    if s.family == "stage2":
+        return True
     if s.spatial_dims == 3 and s.pointwise:
+        return False
+    # which (input, dW, precision) sets are full and which minimal
+    tf32_arch = arch != "gfx950"
+    full = {("bf16", "bf16", ""), ("bf16", "fp32", ""), ("fp16", "fp32", "")}
+    full |= {("fp32", "fp32", "tf32")} if tf32_arch else {("fp32", "fp32", "ieee")}
+    minimal = {("fp16", "fp16", "")} | ({("fp32", "fp32", "ieee")} if tf32_arch else set())
+    key = (s.dtype, s.dw_dtype, s.precision)
+    if key in minimal:
+        if tile != max(tiles):
+            return False
+        if s.family == "wgrad":
+            return s.variant in ("direct", "two_stage") and (s.vec_c, s.vec_k) in ({(w, w)} if s.pointwise else {(1, 1), (w, w)})
+        return (s.mode, s.variant, s.vec_c, s.vec_k) == ("dp_sk", "workspace", w, w)
+    if key not in full:
         return False
     if s.family == "wgrad":
         if s.variant not in ("direct", "two_stage"):
             return False
         pairs = {(w, w), (w // 2, w // 2)} | (set() if s.pointwise else {(1, 1), (1, w), (w, 1)})
-        if s.dw_dtype != s.dtype:  # fp32 dW of half inputs: two_stage, (1,1)/(W,W), the larger tile
-            return s.variant == "two_stage" and tile == max(tiles) and (s.vec_c, s.vec_k) in ({(w, w)} if s.pointwise else {(1, 1), (w, w)})
         if tile == (64, 64, 64 if half else 32, 4):  # the first-layer kernel
             return (s.vec_c, s.vec_k) == (1, w) and s.spatial_dims == 2 and not s.pointwise
         return tile in tiles and (s.vec_c, s.vec_k) in pairs
-    if s.family == "wgrad_sk":
-        if tile not in tiles or s.dw_dtype != s.dtype:
-            return False
-        if (s.vec_c, s.vec_k) == (1, 1):
-            return s.mode == "dp_sk" and s.variant in ("tree", "workspace") and not s.pointwise
-        return (s.vec_c, s.vec_k) == (w, w) and s.variant in ("linear", "workspace")
-    return s.family == "stage2"
+    if tile not in tiles:
+        return False
+    if (s.vec_c, s.vec_k) == (1, 1):
+        return s.mode == "dp_sk" and s.variant in ("tree", "workspace") and not s.pointwise
+    return (s.vec_c, s.vec_k) == (w, w) and s.variant in ("linear", "workspace")
 
 
 def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_all):
     for arch in ARCHES:
         a = specs(default_all, arch)
-        assert a and all(default_rule(s) for s in a), [s.label for s in a if not default_rule(s)][:5]
+        assert a and all(default_rule(s, arch) for s in a), [s.label for s in a if not default_rule(s, arch)][:5]
         assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
         assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "workspace"))) | {("dp_sk", "tree")}
         assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
         # every (dtype, dW dtype, precision, dims) has the scalar split-K kernel: any channel count runs
+        precs = {"fp16": [""], "bf16": [""], "fp32": ["ieee"] + (["tf32"] if arch != "gfx950" else [])}
         for dt in ("fp16", "bf16", "fp32"):
             for dw in {dt, "fp32"}:
-                for dims in (2, 3):
-                    assert any(s.family == "wgrad" and (s.dtype, s.dw_dtype, s.spatial_dims, s.vec_c, s.vec_k, s.pointwise) == (dt, dw, dims, 1, 1, False) for s in a)
-    assert Counter(it.arch for it in default_all) == {"gfx942": 341, "gfx950": 259, "sm_90": 341}
-    assert len(default_all) < len(broad_all) / 9
+                for prec in precs[dt]:
+                    for dims in (2, 3):
+                        assert any(s.family == "wgrad" and (s.dtype, s.dw_dtype, s.precision, s.spatial_dims, s.vec_c, s.vec_k, s.pointwise)
+                                   == (dt, dw, prec, dims, 1, 1, False) for s in a), (arch, dt, dw, prec, dims)  # fmt: skip
+        # and stream-K for every set (a minimal set has dp_sk workspace)
+        assert {(s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad_sk"} == {
+            (s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad"}
+    assert Counter(it.arch for it in default_all) == {"gfx942": 357, "gfx950": 344, "sm_90": 357}
+    assert len(default_all) < len(broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
     assert {(s.bm, s.bn) for s in specs(default_all) if s.family != "stage2"} <= {(s.bm, s.bn) for s in specs(broad_all)}
 

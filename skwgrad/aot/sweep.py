@@ -20,13 +20,16 @@ Presets
     gives the data): the two tiles the H200 tuned run used, 64x128x64 (4 warps) and 128x128x64
     (8 warps), with BK 32 for fp32, at the arch's default stages, on every arch (both fit the
     gfx942 LDS at two stages); 2-D, 2-D pointwise and 3-D (a 3-D 1x1 problem runs on the 3-D
-    kernel); every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``).
-    Split-K ``direct`` and ``two_stage`` at ``(1,1)``, ``(1,W)``, ``(W,1)``, ``(W,W)`` and
+    kernel); every dtype. dW dtype and fp32 precision come as *full* sets where the measured
+    problems are (bf16 with dW bf16 and fp32; fp16 with dW fp32, as under autocast; fp32 at
+    tf32 where the arch has it, else ieee) and *minimal* ones elsewhere (fp16 dW of fp16; ieee
+    where the arch has tf32): the larger tile, split-K ``direct``/``two_stage`` at ``(1,1)`` and
+    ``(W,W)``, stream-K ``dp_sk`` ``workspace`` at ``(W,W)``. A full set holds:
+    split-K ``direct`` and ``two_stage`` at ``(1,1)``, ``(1,W)``, ``(W,1)``, ``(W,W)`` and
     ``(W/2,W/2)`` (pointwise only at ``(W,W)`` and ``(W/2,W/2)``), and the first-layer ``(1,W)``
     kernel also at 64x64 (C = 3: the tile the kernel bench's best conv1 split-K used). Stream-K
     ``{dp_sk, persistent} x {linear, workspace}`` at ``(W,W)``, plus the scalar depthwise
-    ``dp_sk x {tree, workspace}`` (BN = 128 tiles, not pointwise). fp32 dW of fp16/bf16 input:
-    ``two_stage`` at ``(1,1)`` and ``(W,W)`` on the larger tile, so such a request still runs.
+    ``dp_sk x {tree, workspace}`` (BN = 128 tiles, not pointwise).
     Not in default (``broad``/``full`` keep them): the ``atomic`` split-K epilogue and stream-K
     reduction (no tuned choice ever used them), stream-K at ``(1,W)`` (conv1 runs split-K at
     parity, 184 vs 189 us), the 128x64 and arch-specific large tiles. Every problem still has a
@@ -201,7 +204,7 @@ _SMOKE_TREE_TILE = Tile(32, 128, 32, 4, 2)  # the scalar dp_sk tree kernel follo
 
 # The pruned ``default`` (benchmarks/COMPILE.md, "The pruned default"): the two tiles of the H200
 # tuned run, BK 32 for fp32 (the fp32 rows ran at BK 32); the first-layer (1, W) split-K kernel
-# also at BM=BN=64; fp32 dW of half inputs only on the larger tile.
+# also at BM=BN=64; a minimal dW/precision set (``_default_dw_sets``) only on the larger tile.
 _DEFAULT_TILES = {2: (Tile(64, 128, 64, 4), Tile(128, 128, 64, 8)), 4: (Tile(64, 128, 32, 4), Tile(128, 128, 32, 8))}
 _FIRST_LAYER_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
 
@@ -377,45 +380,64 @@ def _default_pairs(dtype: str, pointwise: bool) -> list[tuple[int, int]]:
     return [(1, 1), (1, W), (W, 1), (W, W), (W // 2, W // 2)]
 
 
+def _default_dw_sets(ctx: FamilyContext) -> list[tuple[str, str, bool]]:
+    """(precision, dW dtype, full?) of the default: the full set where the measured corpora
+    put their problems, a minimal one (still serving every problem) elsewhere.
+
+    bf16: dW bf16 (the kernel corpus) and fp32 (every row ``skwgrad.torch.record_shapes`` wrote
+    under autocast: fp32 weights); fp16: dW fp32 (autocast with GradScaler keeps fp32 weights),
+    fp16 dW minimal; fp32: tf32 where the arch has it (PyTorch's default for convolutions, which
+    skwgrad.torch follows), ieee minimal there; ieee on gfx950."""
+    d = ctx.dtype
+    if d == "bf16":
+        return [("", "bf16", True), ("", "fp32", True)]
+    if d == "fp16":
+        return [("", "fp32", True), ("", "fp16", False)]
+    if "tf32" in ARCHES[ctx.arch].precisions:
+        return [("tf32", "fp32", True), ("ieee", "fp32", False)]
+    return [("ieee", "fp32", True)]
+
+
 def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
     dtype, W = ctx.dtype, widest_vec(ctx.dtype)
     tiles = ctx.configs
     out = []
-    for prec in precisions(dtype, ctx.arch, "default"):
+    for prec, dw, full in _default_dw_sets(ctx):
+        if not full:  # minimal: the larger tile, (1,1) and (W,W)
+            for t in (tiles if ctx.tiles else tiles[-1:]):
+                for dims, pw in _DEFAULT_GEOMETRIES:
+                    for variant in _DEFAULT_SPLITK:
+                        for vc, vk in ([(W, W)] if pw else [(1, 1), (W, W)]):
+                            out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+            continue
         for t in tiles:
             for dims, pw in _DEFAULT_GEOMETRIES:
                 for variant in _DEFAULT_SPLITK:
                     for vc, vk in _default_pairs(dtype, pw):
-                        out.append(_spec("wgrad", variant, dtype, dtype, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+                        out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
         # first layer (C = 3): the (1, W) kernel also at BM = BN = 64 (K = 64, Ng = 7*7*3)
         for t in ([] if ctx.tiles else [_FIRST_LAYER_TILE[DTYPE_BYTES[dtype]]]):
             t = Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[ctx.arch].default_stages)
             for variant in _DEFAULT_SPLITK:
-                out.append(_spec("wgrad", variant, dtype, dtype, prec, t, vc=1, vk=W))
-        # fp32 dW of half inputs: served (two_stage) at (1,1) and (W,W) on the larger tile
-        if dtype != "fp32":
-            for t in (tiles if ctx.tiles else tiles[-1:]):
-                for dims, pw in _DEFAULT_GEOMETRIES:
-                    for vc, vk in ([(W, W)] if pw else [(1, 1), (W, W)]):
-                        out.append(_spec("wgrad", "two_stage", dtype, "fp32", prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+                out.append(_spec("wgrad", variant, dtype, dw, prec, t, vc=1, vk=W))
     return out
 
 
 def _default_streamk(ctx: FamilyContext) -> list[KernelSpec]:
     dtype, W = ctx.dtype, widest_vec(ctx.dtype)
     out = []
-    for prec in precisions(dtype, ctx.arch, "default"):
-        for t in ctx.configs:
+    for prec, dw, full in _default_dw_sets(ctx):
+        for t in (ctx.configs if full or ctx.tiles else ctx.configs[-1:]):
             for dims, pw in _DEFAULT_GEOMETRIES:
-                for mode in ctx.modes:
-                    for red in _DEFAULT_SK:
+                for mode in (ctx.modes if full else [m for m in ctx.modes if m == "dp_sk"]):
+                    for red in (_DEFAULT_SK if full else ("workspace",)):
                         if red in ctx.reductions:
-                            out.append(_spec("wgrad_sk", red, dtype, dtype, prec, t, dims=dims, pw=pw, vc=W, vk=W, mode=mode))
+                            out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, pw=pw, vc=W, vk=W, mode=mode))
                 # scalar dp_sk x {tree, workspace} for large-filter depthwise: BN >= 128, not pointwise
-                if "dp_sk" in ctx.modes and t.bn >= 128 and not pw:
+                if full and "dp_sk" in ctx.modes and t.bn >= 128 and not pw:
                     for red in ("tree", "workspace"):
                         if red in ctx.reductions:
-                            out.append(_spec("wgrad_sk", red, dtype, dtype, prec, t, dims=dims, mode="dp_sk"))
+                            out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, mode="dp_sk"))
     return out
 
 
