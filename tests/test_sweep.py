@@ -320,3 +320,29 @@ def test_broad_splitk_widths_are_the_corners_and_the_diagonal(broad_all):
         corners = set(itertools.product((1, w), (1, w)))
         diagonal = {(v, v) for v in (2, 4) if v < w}
         assert pairs == corners | diagonal, dt
+
+
+def test_a_registered_family_enumerator_feeds_every_sweep(monkeypatch):
+    """The hook a new kernel family uses (``register_family``): its specs join presets, filters
+    see them, the Stage-2 rule covers them, and the corpus-driven sweep narrows them like any."""
+    from skwgrad.aot import sweep as sw
+    from skwgrad.abi.conv import ConvProblem
+
+    seen = []
+
+    def extra(ctx):
+        seen.append((ctx.preset, ctx.arch, ctx.dtype, ctx.modes))
+        if ctx.dtype != "bf16":
+            return []
+        t = ctx.tiles[0] if ctx.tiles else sw.Tile(16, 16, 128, 4, 2)
+        return [sw._spec("wgrad", "two_stage", "bf16", "bf16", "", sw.Tile(t.bm, t.bn, t.bk, 4, 2), vc=1, vk=1)]
+
+    monkeypatch.setitem(sw.FAMILY_ENUMERATORS, "extra", extra)
+    items = sweep("default", arches=["sm_90"], dtypes=["bf16"], streamk="off")
+    extra_specs = [it.spec for it in items if (it.spec.bm, it.spec.bn) == (16, 16)]
+    assert len(extra_specs) == 1 and ("default", "sm_90", "bf16", ()) in seen
+    p = ConvProblem(n=8, c=1, k=1, g=64, hi=56, wi=56, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1))  # depthwise
+    got = {it.spec for it in sw.sweep_for_problems([p], "default", arches=["sm_90"], streamk="off").items}
+    assert extra_specs[0] in got  # scalar: admitted and as wide as the depthwise problem allows
+    monkeypatch.delitem(sw.FAMILY_ENUMERATORS, "extra")
+    assert not any((it.spec.bm, it.spec.bn) == (16, 16) for it in sweep("default", arches=["sm_90"], dtypes=["bf16"], streamk="off"))

@@ -598,7 +598,7 @@ def counts(items) -> Counter:
 
 def format_counts(items, title: str = "") -> str:
     c = counts(items)
-    families = ("wgrad", "wgrad_sk", "stage2")
+    families = (*FAMILY_ENUMERATORS, *sorted({f for _, _, f in c} - set(FAMILY_ENUMERATORS) - {"stage2"}), "stage2")
     rows = [("arch", "dtype", *families, "total")]
     for arch, dtype in sorted({(a, d) for a, d, _ in c}, key=lambda ad: (list(ARCHES).index(ad[0]), ad[1])):
         n = [c[(arch, dtype, f)] for f in families]
