@@ -328,7 +328,7 @@ WRITER = textwrap.dedent(
     from test_cache import fake
     from skwgrad.aot.sweep import sweep
     from skwgrad.cache import Cache
-    specs = [it.spec for it in sweep("default", arches=["gfx942"], dtypes=["bf16"], tiles="64x64x32")]
+    specs = [it.spec for it in sweep("broad", arches=["gfx942"], dtypes=["bf16"], tiles="64x64x32")]
     lo, hi = int(sys.argv[1]), int(sys.argv[2])
     go = Path(sys.argv[3])
     c = Cache(sys.argv[4])
@@ -347,7 +347,7 @@ def test_two_writers_at_once_lose_nothing(tmp_path):
     script.write_text(WRITER.format(tests=str(Path(__file__).parent)))
     path = tmp_path / "shared-cache"
     go = tmp_path / "go"
-    specs = [it.spec for it in sweep("default", arches=["gfx942"], dtypes=["bf16"], tiles="64x64x32")]
+    specs = [it.spec for it in sweep("broad", arches=["gfx942"], dtypes=["bf16"], tiles="64x64x32")]
     assert len(specs) >= 120
     # overlapping ranges: both write specs[40:80]
     procs = [subprocess.Popen([sys.executable, str(script), lo, hi, str(go), str(path)]) for lo, hi in (("0", "80"), ("40", "120"))]

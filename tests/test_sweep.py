@@ -96,6 +96,12 @@ def default_all():
     return sweep("default")
 
 
+@pytest.fixture(scope="module")
+def broad_all():
+    """Today's default before the pruning by measured use: kept as ``broad``."""
+    return sweep("broad")
+
+
 def test_streamk_pruning_rule_full(full_gfx942):
     ss = specs(full_gfx942)
     sk = [s for s in ss if s.family == "wgrad_sk"]
@@ -152,11 +158,11 @@ def test_gfx950_never_gets_tf32():
         assert "tf32" in {s.precision for s in specs(sweep("default", arches=[arch], dtypes=["fp32"]))}
 
 
-def test_default_is_pruned_and_covers_every_dtype(default_all):
-    ss = specs(default_all)
+def test_broad_is_pruned_and_covers_every_dtype(broad_all):
+    ss = specs(broad_all)
     assert all(allowed_streamk(s) for s in ss if s.family == "wgrad_sk")
     for arch in ARCHES:
-        a = specs(default_all, arch)
+        a = specs(broad_all, arch)
         assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
         assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "atomic", "workspace"))) | {("dp_sk", "tree")}
         assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
@@ -164,8 +170,71 @@ def test_default_is_pruned_and_covers_every_dtype(default_all):
         for dt in ("fp16", "bf16", "fp32"):
             assert any(s.family == "wgrad" and s.dtype == dt and (s.vec_c, s.vec_k) == (1, 1) for s in a)
     # counts are per arch/dtype/family
-    c = counts(default_all)
-    assert sum(c.values()) == len(default_all)
+    c = counts(broad_all)
+    assert sum(c.values()) == len(broad_all)
+    assert Counter(it.arch for it in broad_all) == {"gfx942": 3155, "gfx950": 2603, "sm_90": 3155}
+
+
+def default_rule(s: KernelSpec, arch: str) -> bool:
+    """The pruned default, written from benchmarks/COMPILE.md ("The pruned default")."""
+    w = W[s.dtype]
+    half = s.dtype != "fp32"
+    tiles = {(64, 128, 64 if half else 32, 4), (128, 128, 64 if half else 32, 8)}
+    tile = (s.bm, s.bn, s.bk, s.num_warps)
+    if s.family == "stage2":
+        return True
+    if s.spatial_dims == 3 and s.pointwise:
+        return False
+    # which (input, dW, precision) sets are full and which minimal
+    tf32_arch = arch != "gfx950"
+    full = {("bf16", "bf16", ""), ("bf16", "fp32", ""), ("fp16", "fp32", "")}
+    full |= {("fp32", "fp32", "tf32")} if tf32_arch else {("fp32", "fp32", "ieee")}
+    minimal = {("fp16", "fp16", "")} | ({("fp32", "fp32", "ieee")} if tf32_arch else set())
+    key = (s.dtype, s.dw_dtype, s.precision)
+    if key in minimal:
+        if tile != max(tiles):
+            return False
+        if s.family == "wgrad":
+            return s.variant in ("direct", "two_stage") and (s.vec_c, s.vec_k) in ({(w, w)} if s.pointwise else {(1, 1), (w, w)})
+        return (s.mode, s.variant, s.vec_c, s.vec_k) == ("dp_sk", "workspace", w, w)
+    if key not in full:
+        return False
+    if s.family == "wgrad":
+        if s.variant not in ("direct", "two_stage"):
+            return False
+        pairs = {(w, w), (w // 2, w // 2)} | (set() if s.pointwise else {(1, 1), (1, w), (w, 1)})
+        if tile == (64, 64, 64 if half else 32, 4):  # the first-layer kernel
+            return (s.vec_c, s.vec_k) == (1, w) and s.spatial_dims == 2 and not s.pointwise
+        return tile in tiles and (s.vec_c, s.vec_k) in pairs
+    if tile not in tiles:
+        return False
+    if (s.vec_c, s.vec_k) == (1, 1):
+        return s.mode == "dp_sk" and s.variant in ("tree", "workspace") and not s.pointwise
+    return (s.vec_c, s.vec_k) == (w, w) and s.variant in ("linear", "workspace")
+
+
+def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_all):
+    for arch in ARCHES:
+        a = specs(default_all, arch)
+        assert a and all(default_rule(s, arch) for s in a), [s.label for s in a if not default_rule(s, arch)][:5]
+        assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
+        assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "workspace"))) | {("dp_sk", "tree")}
+        assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
+        # every (dtype, dW dtype, precision, dims) has the scalar split-K kernel: any channel count runs
+        precs = {"fp16": [""], "bf16": [""], "fp32": ["ieee"] + (["tf32"] if arch != "gfx950" else [])}
+        for dt in ("fp16", "bf16", "fp32"):
+            for dw in {dt, "fp32"}:
+                for prec in precs[dt]:
+                    for dims in (2, 3):
+                        assert any(s.family == "wgrad" and (s.dtype, s.dw_dtype, s.precision, s.spatial_dims, s.vec_c, s.vec_k, s.pointwise)
+                                   == (dt, dw, prec, dims, 1, 1, False) for s in a), (arch, dt, dw, prec, dims)  # fmt: skip
+        # and stream-K for every set (a minimal set has dp_sk workspace)
+        assert {(s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad_sk"} == {
+            (s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad"}
+    assert Counter(it.arch for it in default_all) == {"gfx942": 357, "gfx950": 344, "sm_90": 357}
+    assert len(default_all) < len(broad_all) / 8
+    # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
+    assert {(s.bm, s.bn) for s in specs(default_all) if s.family != "stage2"} <= {(s.bm, s.bn) for s in specs(broad_all)}
 
 
 def test_streamk_off_keeps_splitk_keys_and_labels():
@@ -200,7 +269,7 @@ def test_tiles_filter_replaces_preset_tiles():
 @pytest.mark.parametrize(
     "kwargs, words",
     [
-        ({"preset": "huge"}, ["preset", "smoke, default, full"]),
+        ({"preset": "huge"}, ["preset", "smoke, default, broad, full"]),
         ({"arches": ["gfx90a"]}, ["gfx90a", "gfx942, gfx950, sm_90"]),
         ({"dtypes": ["fp8"]}, ["fp8", "fp16, bf16, fp32"]),
         ({"reductions": "linear,fancy"}, ["linear, tree, atomic, workspace"]),
@@ -241,9 +310,9 @@ def test_cli_rejects_bad_values():
     assert r.exit_code == 2 and "BMxBNxBK" in r.output
 
 
-def test_default_splitk_widths_are_the_corners_and_the_diagonal(default_all):
+def test_broad_splitk_widths_are_the_corners_and_the_diagonal(broad_all):
     by_dtype = {}
-    for s in specs(default_all):
+    for s in specs(broad_all):
         if s.family == "wgrad":
             by_dtype.setdefault(s.dtype, set()).add((s.vec_c, s.vec_k))
     for dt, pairs in by_dtype.items():
@@ -251,3 +320,29 @@ def test_default_splitk_widths_are_the_corners_and_the_diagonal(default_all):
         corners = set(itertools.product((1, w), (1, w)))
         diagonal = {(v, v) for v in (2, 4) if v < w}
         assert pairs == corners | diagonal, dt
+
+
+def test_a_registered_family_enumerator_feeds_every_sweep(monkeypatch):
+    """The hook a new kernel family uses (``register_family``): its specs join presets, filters
+    see them, the Stage-2 rule covers them, and the corpus-driven sweep narrows them like any."""
+    from skwgrad.aot import sweep as sw
+    from skwgrad.abi.conv import ConvProblem
+
+    seen = []
+
+    def extra(ctx):
+        seen.append((ctx.preset, ctx.arch, ctx.dtype, ctx.modes))
+        if ctx.dtype != "bf16":
+            return []
+        t = ctx.tiles[0] if ctx.tiles else sw.Tile(16, 16, 128, 4, 2)
+        return [sw._spec("wgrad", "two_stage", "bf16", "bf16", "", sw.Tile(t.bm, t.bn, t.bk, 4, 2), vc=1, vk=1)]
+
+    monkeypatch.setitem(sw.FAMILY_ENUMERATORS, "extra", extra)
+    items = sweep("default", arches=["sm_90"], dtypes=["bf16"], streamk="off")
+    extra_specs = [it.spec for it in items if (it.spec.bm, it.spec.bn) == (16, 16)]
+    assert len(extra_specs) == 1 and ("default", "sm_90", "bf16", ()) in seen
+    p = ConvProblem(n=8, c=1, k=1, g=64, hi=56, wi=56, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1))  # depthwise
+    got = {it.spec for it in sw.sweep_for_problems([p], "default", arches=["sm_90"], streamk="off").items}
+    assert extra_specs[0] in got  # scalar: admitted and as wide as the depthwise problem allows
+    monkeypatch.delitem(sw.FAMILY_ENUMERATORS, "extra")
+    assert not any((it.spec.bm, it.spec.bn) == (16, 16) for it in sweep("default", arches=["sm_90"], dtypes=["bf16"], streamk="off"))

@@ -16,8 +16,28 @@ Presets
     need to exercise every mode x reduction; that is why it holds ``persistent x tree``, which
     the pruned presets never build (below). Smoke is therefore *not* a subset of ``default``.
 ``default``
-    What a deployment needs: a few tiles per arch chosen to fit the arch's LDS / shared memory
-    (``Arch.default_tiles`` in ``skwgrad.abi.arch``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
+    What a deployment needs, pruned by measured use (benchmarks/COMPILE.md, "The pruned default",
+    gives the data): the two tiles the H200 tuned run used, 64x128x64 (4 warps) and 128x128x64
+    (8 warps), with BK 32 for fp32, at the arch's default stages, on every arch (both fit the
+    gfx942 LDS at two stages); 2-D, 2-D pointwise and 3-D (a 3-D 1x1 problem runs on the 3-D
+    kernel); every dtype. dW dtype and fp32 precision come as *full* sets where the measured
+    problems are (bf16 with dW bf16 and fp32; fp16 with dW fp32, as under autocast; fp32 at
+    tf32 where the arch has it, else ieee) and *minimal* ones elsewhere (fp16 dW of fp16; ieee
+    where the arch has tf32): the larger tile, split-K ``direct``/``two_stage`` at ``(1,1)`` and
+    ``(W,W)``, stream-K ``dp_sk`` ``workspace`` at ``(W,W)``. A full set holds:
+    split-K ``direct`` and ``two_stage`` at ``(1,1)``, ``(1,W)``, ``(W,1)``, ``(W,W)`` and
+    ``(W/2,W/2)`` (pointwise only at ``(W,W)`` and ``(W/2,W/2)``), and the first-layer ``(1,W)``
+    kernel also at 64x64 (C = 3: the tile the kernel bench's best conv1 split-K used). Stream-K
+    ``{dp_sk, persistent} x {linear, workspace}`` at ``(W,W)``, plus the scalar depthwise
+    ``dp_sk x {tree, workspace}`` (BN = 128 tiles, not pointwise).
+    Not in default (``broad``/``full`` keep them): the ``atomic`` split-K epilogue and stream-K
+    reduction (no tuned choice ever used them), stream-K at ``(1,W)`` (conv1 runs split-K at
+    parity, 184 vs 189 us), the 128x64 and arch-specific large tiles. Every problem still has a
+    kernel: the scalar split-K exists for every dtype, dW dtype, precision and dimensionality.
+``broad``
+    The default before the pruning (kept to compare against, and for users who tune widely): a
+    few tiles per arch chosen to fit the arch's LDS / shared memory (``Arch.default_tiles`` in
+    ``skwgrad.abi.arch``), one warps/stages choice per tile, both 2-D and 3-D, pointwise and
     not, every dtype (fp32 at ``ieee`` and, where the arch has it, ``tf32``), dW in the input
     dtype and in fp32, and for split-K the channel alignments ``{1, W} x {1, W}`` (``vec = 1``
     serves any channel count, ``W`` the aligned common case) plus the intermediate diagonal
@@ -33,7 +53,7 @@ Presets
     the real ``shared`` figure of each code object against the arch and records a failure for
     any that could never launch.
 
-Stream-K pruning (``default`` and ``full``), after the seed's "Cache them only where they are used"
+Stream-K pruning (``broad`` and ``full``; ``default`` prunes further, above), after the seed's "Cache them only where they are used"
 -----------------------------------------------------------------------------------------------
 Stream-K kernels were first built for every geometry x mode x reduction x all 16 vector-width
 pairs; almost none of them were ever selected. They are kept only where stream-K is used:
@@ -54,6 +74,13 @@ Shapes at the other vector widths are served by the split-K kernels, which are k
 width. The rules change which stream-K specs exist, never a spec's fields, so with
 ``--streamk off`` the split-K keys and labels are exactly the ones a build without stream-K
 would make (a spec's key depends on the spec alone, SPEC section 7).
+
+Corpus-driven sweeps (``compile-all --corpus FILE`` / ``--problem TEXT``, ``sweep_for_problems``):
+of a preset's specs, exactly those selection could choose for the given problems (the launcher's
+narrowing, ``skwgrad.abi.narrow``), plus their Stage-2 reduces.
+
+Kernel families register an enumerator (``register_family``): every sweep, presets and corpus
+alike, asks each registered family for its specs per arch and dtype (``FamilyContext``).
 
 Filters: ``--arch``, ``--dtype``, ``--streamk off|dp_sk|persistent|all`` (which stream-K modes;
 split-K is always built, it is the fallback every shape has), ``--streamk-reductions`` (subset of
@@ -77,7 +104,7 @@ from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import SkwgradError
 
-PRESETS = ("smoke", "default", "full")
+PRESETS = ("smoke", "default", "broad", "full")
 STREAMK_CHOICES = ("off", *MODES, "all")
 STAGE2_WARPS = 4
 SMOKE_DTYPES = ("bf16",)
@@ -175,6 +202,17 @@ _SMOKE_TILE = Tile(32, 32, 32, 4, 2)  # smallest MFMA/wgmma-friendly tile: faste
 _SMOKE_TREE_TILE = Tile(32, 128, 32, 4, 2)  # the scalar dp_sk tree kernel follows the BN >= 128 rule
 
 
+# The pruned ``default`` (benchmarks/COMPILE.md, "The pruned default"): the two tiles of the H200
+# tuned run, BK 32 for fp32 (the fp32 rows ran at BK 32); the first-layer (1, W) split-K kernel
+# also at BM=BN=64; a minimal dW/precision set (``_default_dw_sets``) only on the larger tile.
+_DEFAULT_TILES = {2: (Tile(64, 128, 64, 4), Tile(128, 128, 64, 8)), 4: (Tile(64, 128, 32, 4), Tile(128, 128, 32, 8))}
+_FIRST_LAYER_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
+
+
+def _default_tiles(dtype: str) -> tuple[Tile, ...]:
+    return _DEFAULT_TILES[DTYPE_BYTES[dtype]]
+
+
 def _fits(arch: str, dtype: str, bm: int, bn: int, bk: int) -> bool:
     """False only when the tile can never fit: half of one stage's A+B slices over the LDS."""
     return (bm + bn) * bk * DTYPE_BYTES[dtype] // 2 <= ARCHES[arch].lds_bytes_per_cu
@@ -190,6 +228,8 @@ def _tile_configs(preset: str, arch: str, dtype: str, tiles: tuple[Tile, ...] | 
             out += [Tile(t.bm, t.bn, t.bk, w, s) for w in warps for s in stages]
         return out
     if preset == "default":
+        return [Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[arch].default_stages) for t in _default_tiles(dtype)]
+    if preset == "broad":
         return [
             Tile(bm, bn, bk, w, ARCHES[arch].default_stages)
             for bm, bn, bk, w in ARCHES[arch].default_tiles
@@ -216,53 +256,103 @@ def _spec(family, variant, dtype, dw, prec, tile: Tile, *, dims=2, pw=False, vc=
     )  # fmt: skip
 
 
-def _smoke(arch, dtype, modes, reductions, tiles):
-    W = widest_vec(dtype)
-    dwf = "fp32"
-    prec = precisions(dtype, arch, "smoke")[0]
-    out = []
-    for t in tiles or (_SMOKE_TILE,):
-        t = t if t.num_warps and t.num_stages else Tile(t.bm, t.bn, t.bk, t.num_warps or 4, t.num_stages or 2)
-        tree_tile = t if tiles else _SMOKE_TREE_TILE
-        out += [
-            _spec("wgrad", "direct", dtype, dtype, prec, t, vc=W, vk=W),
-            _spec("wgrad", "two_stage", dtype, dtype, prec, t, vc=W, vk=W),
-            _spec("wgrad", "atomic", dtype, dwf, prec, t, vc=W, vk=W),
-            _spec("wgrad", "direct", dtype, dtype, prec, t, dims=3, vc=1, vk=W),  # 3-D, first-layer C
-            _spec("wgrad", "direct", dtype, dtype, prec, t, pw=True, vc=W, vk=W),  # pointwise
-        ]
-        for mode in modes:
-            for red in reductions:
-                if red == "tree":
-                    # dp_sk: the scalar depthwise kernel of the pruning rule; persistent: (W, W).
-                    if mode == "dp_sk":
-                        out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, tree_tile, mode=mode))
-                    else:
-                        out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, t, vc=W, vk=W, mode=mode))
-                    continue
-                # atomic needs fp32 dW; persistent workspace writes fp32 dW so the fp32 Stage-2 is built.
-                dw = dwf if red == "atomic" or (red == "workspace" and mode == "persistent") else dtype
-                out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, vc=W, vk=W, mode=mode))
-    return out
+@dataclass(frozen=True)
+class FamilyContext:
+    """What a family's enumerator is asked for: one arch and input dtype of one sweep."""
+
+    preset: str  # smoke | default | full
+    arch: str
+    dtype: str
+    modes: tuple[str, ...]  # requested stream-K modes (empty with --streamk off)
+    reductions: tuple[str, ...]  # requested stream-K reductions
+    tiles: tuple[Tile, ...] | None  # --tiles, or None for the preset's tiles
+
+    @property
+    def configs(self) -> list[Tile]:
+        """The preset's (or --tiles') fully specified tiles for this arch/dtype (not smoke)."""
+        return _tile_configs(self.preset, self.arch, self.dtype, self.tiles)
+
+    @property
+    def smoke_tiles(self) -> list[Tile]:
+        """Smoke's tiles: the smallest tile, or --tiles with warps/stages defaulted to 4/2."""
+        return [t if t.num_warps and t.num_stages else Tile(t.bm, t.bn, t.bk, t.num_warps or 4, t.num_stages or 2)
+                for t in (self.tiles or (_SMOKE_TILE,))]  # fmt: skip
 
 
-def _pruned(preset, arch, dtype, modes, reductions, tiles):
-    W = widest_vec(dtype)
-    if preset == "full":
-        splitk_pairs = list(itertools.product(vec_widths(dtype), vec_widths(dtype)))
+# Family name -> enumerator(ctx) -> specs. A kernel family registers here (``register_family``)
+# and every sweep, the corpus-driven one included, then holds its specs; the Stage-2 reduce is
+# added for the dW dtypes of any ``two_stage``/``workspace`` spec, whatever family it is in.
+FAMILY_ENUMERATORS: dict = {}
+
+
+def register_family(name: str, enumerate_fn) -> None:
+    """Add (or replace) the enumerator of one kernel family: ``enumerate_fn(ctx: FamilyContext)``
+    returns that family's ``KernelSpec``s for ``ctx.arch`` / ``ctx.dtype`` under ``ctx.preset``
+    and the filters (it must honour ``ctx.tiles`` and, if it has stream-K specs, ``ctx.modes`` /
+    ``ctx.reductions``)."""
+    FAMILY_ENUMERATORS[name] = enumerate_fn
+
+
+def _geometries(ctx: FamilyContext):
+    """(precision, dW dtype, tile, spatial dims, pointwise) of the default/full presets."""
+    return itertools.product(precisions(ctx.dtype, ctx.arch, ctx.preset), dw_dtypes(ctx.dtype), ctx.configs, (2, 3), (False, True))
+
+
+def _splitk_specs(ctx: FamilyContext) -> list[KernelSpec]:
+    """Split-K (``wgrad``): at every vector width of the preset, every epilogue the dW dtype admits."""
+    dtype, W = ctx.dtype, widest_vec(ctx.dtype)
+    if ctx.preset == "smoke":
+        prec = precisions(dtype, ctx.arch, "smoke")[0]
+        out = []
+        for t in ctx.smoke_tiles:
+            out += [
+                _spec("wgrad", "direct", dtype, dtype, prec, t, vc=W, vk=W),
+                _spec("wgrad", "two_stage", dtype, dtype, prec, t, vc=W, vk=W),
+                _spec("wgrad", "atomic", dtype, "fp32", prec, t, vc=W, vk=W),
+                _spec("wgrad", "direct", dtype, dtype, prec, t, dims=3, vc=1, vk=W),  # 3-D, first-layer C
+                _spec("wgrad", "direct", dtype, dtype, prec, t, pw=True, vc=W, vk=W),  # pointwise
+            ]
+        return out
+    if ctx.preset == "default":
+        return _default_splitk(ctx)
+    if ctx.preset == "full":
+        pairs = list(itertools.product(vec_widths(dtype), vec_widths(dtype)))
     else:
         # {1, W} x {1, W}, plus the intermediate diagonal (2, 2), (4, 4): channel counts that are
         # multiples of 4 but not 8 (C=100, K=60) otherwise fall back to scalar loads, ~5x slower.
-        splitk_pairs = list(itertools.product((1, W), (1, W))) + [(w, w) for w in vec_widths(dtype) if 1 < w < W]
-    configs = _tile_configs(preset, arch, dtype, tiles)
+        pairs = list(itertools.product((1, W), (1, W))) + [(w, w) for w in vec_widths(dtype) if 1 < w < W]
     out = []
-    for prec, dw, t, dims, pw in itertools.product(
-        precisions(dtype, arch, preset), dw_dtypes(dtype), configs, (2, 3), (False, True)
-    ):
-        # split-K at every width
+    for prec, dw, t, dims, pw in _geometries(ctx):
         for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
-            for vc, vk in splitk_pairs:
+            for vc, vk in pairs:
                 out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+    return out
+
+
+def _streamk_specs(ctx: FamilyContext) -> list[KernelSpec]:
+    """Stream-K (``wgrad_sk``) under the pruning rules of the module docstring."""
+    dtype, W, modes, reductions = ctx.dtype, widest_vec(ctx.dtype), ctx.modes, ctx.reductions
+    out = []
+    if ctx.preset == "smoke":
+        prec = precisions(dtype, ctx.arch, "smoke")[0]
+        for t in ctx.smoke_tiles:
+            tree_tile = t if ctx.tiles else _SMOKE_TREE_TILE
+            for mode in modes:
+                for red in reductions:
+                    if red == "tree":
+                        # dp_sk: the scalar depthwise kernel of the pruning rule; persistent: (W, W).
+                        if mode == "dp_sk":
+                            out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, tree_tile, mode=mode))
+                        else:
+                            out.append(_spec("wgrad_sk", "tree", dtype, dtype, prec, t, vc=W, vk=W, mode=mode))
+                        continue
+                    # atomic needs fp32 dW; persistent workspace writes fp32 dW so the fp32 Stage-2 is built.
+                    dw = "fp32" if red == "atomic" or (red == "workspace" and mode == "persistent") else dtype
+                    out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, vc=W, vk=W, mode=mode))
+        return out
+    if ctx.preset == "default":
+        return _default_streamk(ctx)
+    for prec, dw, t, dims, pw in _geometries(ctx):
         # stream-K at W: (W, W) and (W, 1) = (vec_k W, vec_c 1); every requested reduction but tree
         for mode in modes:
             for red in _variants_for("wgrad_sk", dw, tuple(r for r in reductions if r != "tree")):
@@ -274,6 +364,85 @@ def _pruned(preset, arch, dtype, modes, reductions, tiles):
                 if red in reductions:
                     out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, mode="dp_sk"))
     return out
+
+
+_DEFAULT_GEOMETRIES = ((2, False), (2, True), (3, False))  # 3-D pointwise runs on the 3-D kernel
+_DEFAULT_SPLITK = ("direct", "two_stage")  # atomic: never chosen by tuning; broad/full keep it
+_DEFAULT_SK = ("linear", "workspace")  # atomic stream-K: never chosen by tuning; tree: depthwise only
+
+
+def _default_pairs(dtype: str, pointwise: bool) -> list[tuple[int, int]]:
+    """(1,1), (1,W), (W,1), (W,W) and (W/2,W/2); pointwise addressing only at (W,W), (W/2,W/2)
+    (the pointwise rows all have aligned channels; unaligned 1x1 runs on the general kernel)."""
+    W = widest_vec(dtype)
+    if pointwise:
+        return [(W, W), (W // 2, W // 2)]
+    return [(1, 1), (1, W), (W, 1), (W, W), (W // 2, W // 2)]
+
+
+def _default_dw_sets(ctx: FamilyContext) -> list[tuple[str, str, bool]]:
+    """(precision, dW dtype, full?) of the default: the full set where the measured corpora
+    put their problems, a minimal one (still serving every problem) elsewhere.
+
+    bf16: dW bf16 (the kernel corpus) and fp32 (every row ``skwgrad.torch.record_shapes`` wrote
+    under autocast: fp32 weights); fp16: dW fp32 (autocast with GradScaler keeps fp32 weights),
+    fp16 dW minimal; fp32: tf32 where the arch has it (PyTorch's default for convolutions, which
+    skwgrad.torch follows), ieee minimal there; ieee on gfx950."""
+    d = ctx.dtype
+    if d == "bf16":
+        return [("", "bf16", True), ("", "fp32", True)]
+    if d == "fp16":
+        return [("", "fp32", True), ("", "fp16", False)]
+    if "tf32" in ARCHES[ctx.arch].precisions:
+        return [("tf32", "fp32", True), ("ieee", "fp32", False)]
+    return [("ieee", "fp32", True)]
+
+
+def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
+    dtype, W = ctx.dtype, widest_vec(ctx.dtype)
+    tiles = ctx.configs
+    out = []
+    for prec, dw, full in _default_dw_sets(ctx):
+        if not full:  # minimal: the larger tile, (1,1) and (W,W)
+            for t in (tiles if ctx.tiles else tiles[-1:]):
+                for dims, pw in _DEFAULT_GEOMETRIES:
+                    for variant in _DEFAULT_SPLITK:
+                        for vc, vk in ([(W, W)] if pw else [(1, 1), (W, W)]):
+                            out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+            continue
+        for t in tiles:
+            for dims, pw in _DEFAULT_GEOMETRIES:
+                for variant in _DEFAULT_SPLITK:
+                    for vc, vk in _default_pairs(dtype, pw):
+                        out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+        # first layer (C = 3): the (1, W) kernel also at BM = BN = 64 (K = 64, Ng = 7*7*3)
+        for t in ([] if ctx.tiles else [_FIRST_LAYER_TILE[DTYPE_BYTES[dtype]]]):
+            t = Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[ctx.arch].default_stages)
+            for variant in _DEFAULT_SPLITK:
+                out.append(_spec("wgrad", variant, dtype, dw, prec, t, vc=1, vk=W))
+    return out
+
+
+def _default_streamk(ctx: FamilyContext) -> list[KernelSpec]:
+    dtype, W = ctx.dtype, widest_vec(ctx.dtype)
+    out = []
+    for prec, dw, full in _default_dw_sets(ctx):
+        for t in (ctx.configs if full or ctx.tiles else ctx.configs[-1:]):
+            for dims, pw in _DEFAULT_GEOMETRIES:
+                for mode in (ctx.modes if full else [m for m in ctx.modes if m == "dp_sk"]):
+                    for red in (_DEFAULT_SK if full else ("workspace",)):
+                        if red in ctx.reductions:
+                            out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, pw=pw, vc=W, vk=W, mode=mode))
+                # scalar dp_sk x {tree, workspace} for large-filter depthwise: BN >= 128, not pointwise
+                if full and "dp_sk" in ctx.modes and t.bn >= 128 and not pw:
+                    for red in ("tree", "workspace"):
+                        if red in ctx.reductions:
+                            out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, mode="dp_sk"))
+    return out
+
+
+register_family("wgrad", _splitk_specs)
+register_family("wgrad_sk", _streamk_specs)
 
 
 def stage2_spec(dw_dtype: str) -> KernelSpec:
@@ -345,14 +514,81 @@ def sweep(
     for arch in arches:
         specs: list[KernelSpec] = []
         for dtype in dtypes:
-            if preset == "smoke":
-                specs += _smoke(arch, dtype, modes, reductions, tiles)
-            else:
-                specs += _pruned(preset, arch, dtype, modes, reductions, tiles)
+            ctx = FamilyContext(preset, arch, dtype, modes, reductions, tiles)
+            for enumerate_fn in FAMILY_ENUMERATORS.values():
+                specs += enumerate_fn(ctx)
         for dw in sorted({s.dw_dtype for s in specs if _needs_stage2(s)}):
             specs.append(stage2_spec(dw))
         items.update(SweepItem(arch, s) for s in specs)
     return sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
+
+
+@dataclass
+class ProblemSweep:
+    """The corpus-driven sweep: ``items`` to build and, per problem, what it gets."""
+
+    items: list  # SweepItem, sorted, Stage-2 included
+    problems: list  # (name, ConvProblem)
+    per_problem: dict  # (name index, arch) -> number of main kernels selection could choose
+    unserved: list  # (name, arch): no spec of the preset and filters admits the problem
+
+    def to_dict(self) -> dict:
+        return {
+            "problems": len(self.problems),
+            "unserved": [{"problem": n, "arch": a} for n, a in self.unserved],
+        }
+
+
+def _admission_key(spec: KernelSpec) -> tuple:
+    return (spec.dtype, spec.dw_dtype, spec.precision, spec.spatial_dims)
+
+
+def sweep_for_problems(
+    problems,
+    preset: str = "default",
+    arches=None,
+    dtypes=None,
+    streamk: str = "all",
+    reductions=None,
+    tiles=None,
+) -> ProblemSweep:
+    """Exactly the kernels selection could choose for ``problems`` on ``arches``: the preset's
+    (and filters') main-kernel specs that admit at least one problem, narrowed per problem the way
+    the launcher narrows (``skwgrad.abi.narrow.selectable``: per family the widest channel
+    vectors, pointwise addressing for a pointwise problem), plus the Stage-2 reduce for each dW
+    dtype a chosen ``two_stage``/``workspace`` kernel writes.
+
+    ``problems``: ``ConvProblem``s or ``(name, ConvProblem)`` pairs. Without ``dtypes`` the
+    problems' own input dtypes are swept."""
+    from skwgrad.abi.narrow import selectable
+
+    named = [(p if isinstance(p, tuple) else (p.describe(), p)) for p in problems]
+    if not named:
+        raise SweepError("no problems given: pass --corpus FILE or --problem TEXT")
+    if not dtypes:
+        dtypes = sorted({p.dtype for _, p in named}, key=list(DTYPES).index)
+    base = sweep(preset, arches=arches, dtypes=dtypes, streamk=streamk, reductions=reductions, tiles=tiles)
+    arches = resolve_arches(arches)
+    by_arch: dict[str, dict] = {a: {} for a in arches}
+    for it in base:
+        if it.spec.family != "stage2":
+            by_arch[it.arch].setdefault(_admission_key(it.spec), []).append(it.spec)
+    items: set[SweepItem] = set()
+    per_problem, unserved = {}, []
+    for arch in arches:
+        chosen: set[KernelSpec] = set()
+        for i, (name, p) in enumerate(named):
+            group = by_arch[arch].get((p.dtype, p.dw_dtype, p.precision, p.spatial_dims), [])
+            keep = selectable(group, p)
+            per_problem[(i, arch)] = len(keep)
+            if not keep:
+                unserved.append((name, arch))
+            chosen.update(keep)
+        for dw in sorted({s.dw_dtype for s in chosen if _needs_stage2(s)}):
+            chosen.add(stage2_spec(dw))
+        items.update(SweepItem(arch, s) for s in chosen)
+    out = sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
+    return ProblemSweep(out, named, per_problem, unserved)
 
 
 def counts(items) -> Counter:
@@ -362,7 +598,7 @@ def counts(items) -> Counter:
 
 def format_counts(items, title: str = "") -> str:
     c = counts(items)
-    families = ("wgrad", "wgrad_sk", "stage2")
+    families = (*FAMILY_ENUMERATORS, *sorted({f for _, _, f in c} - set(FAMILY_ENUMERATORS) - {"stage2"}), "stage2")
     rows = [("arch", "dtype", *families, "total")]
     for arch, dtype in sorted({(a, d) for a, d, _ in c}, key=lambda ad: (list(ARCHES).index(ad[0]), ad[1])):
         n = [c[(arch, dtype, f)] for f in families]
