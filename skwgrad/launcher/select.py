@@ -26,6 +26,7 @@ import math
 import warnings
 from dataclasses import dataclass
 
+from skwgrad.abi import narrow
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry
@@ -90,12 +91,7 @@ def problem_key(problem: ConvProblem) -> str:
 # ---------------------------------------------------------------------------------------------
 # Candidates
 # ---------------------------------------------------------------------------------------------
-def _admits(spec, problem) -> bool:
-    try:
-        spec.check_problem(problem)
-    except (AbiError, ProblemError):
-        return False
-    return True
+_admits = narrow.admits
 
 
 def candidates(cache, arch: str, problem: ConvProblem, *, family=None, mode=None, variant=None, tile=None,
@@ -137,20 +133,13 @@ def _report_damaged(entry, err) -> None:
 
 
 def _width_key(k: Kernel, problem: ConvProblem):
-    s = k.spec
-    return (s.pointwise and problem.is_pointwise, s.vec_c * s.vec_k, s.vec_c)
+    return narrow.width_key(k.spec, problem)
 
 
 def widest(kernels: list[Kernel], problem: ConvProblem) -> list[Kernel]:
-    """Keep the kernels with the widest channel vectors (and pointwise addressing when the problem
-    is pointwise), per family: stream-K and split-K are cached at different widths."""
-    out = []
-    for fam in ("wgrad_sk", "wgrad"):
-        ks = [k for k in kernels if k.spec.family == fam]
-        if ks:
-            best = max(_width_key(k, problem) for k in ks)
-            out += [k for k in ks if _width_key(k, problem) == best]
-    return out
+    """Keep the kernels with the widest channel vectors per family (``skwgrad.abi.narrow``, the
+    rule compile-all --corpus builds by)."""
+    return narrow.widest(kernels, problem, spec_of=lambda k: k.spec)
 
 
 def _narrower_streamk(cache, arch: str, problem: ConvProblem, tile) -> bool:
@@ -187,18 +176,30 @@ def find_stage2(cache, arch: str, dw_dtype: str) -> Kernel | None:
 # ---------------------------------------------------------------------------------------------
 # The missing-kernel message
 # ---------------------------------------------------------------------------------------------
-def compile_all_command(problem: ConvProblem, arch: str, *, cache=None) -> str:
+def compile_all_command(problem: ConvProblem, arch: str, *, cache=None, streamk="auto", reduction="auto", tile=None) -> str:
     """The ``skwgrad compile-all`` command that builds every kernel selection could choose for
-    ``problem`` on ``arch`` (compile-all's ``--problem`` sweep), into this cache."""
+    ``problem`` on ``arch`` (compile-all's ``--problem`` sweep), into this cache. A forced mode,
+    reduction or tile asks the ``full`` preset for it (the pruned default may not hold it)."""
     parts = ["skwgrad compile-all", f"--arch {arch}", f'--problem "{problem.describe()}"']
+    forced_sk = streamk in MODES or reduction in SK_ONLY
+    if streamk != "auto" or reduction != "auto" or tile:
+        parts.append("--preset full")
+        if streamk == "off" or reduction in SPLITK_ONLY or (reduction in SPLITK_EPILOGUES and not forced_sk):
+            parts.append("--streamk off")
+        elif forced_sk or reduction in SK_REDUCTIONS:
+            parts.append(f"--streamk {streamk if streamk in MODES else 'all'}")
+            if reduction in SK_REDUCTIONS:
+                parts.append(f"--streamk-reductions {reduction}")
+        if tile:
+            parts.append("--tiles " + "x".join(map(str, tile)))
     path = getattr(cache, "path", None)
     if path is not None:
         parts.append(f"--cache {path}")
     return " ".join(parts)
 
 
-def _no_kernel(problem, arch, what: str, *, cache=None, hint: str = "") -> NoKernelError:
-    cmd = compile_all_command(problem, arch, cache=cache)
+def _no_kernel(problem, arch, what: str, *, cache=None, hint: str = "", **request) -> NoKernelError:
+    cmd = compile_all_command(problem, arch, cache=cache, **request)
     where = getattr(cache, "path", None)
     head = f"no cached {what} for {problem.describe()} on {arch}" + (f" in {where}" if where is not None else "")
     stale = getattr(cache, "other_versions", lambda arch: 0)(arch)
@@ -342,7 +343,8 @@ def choose(
             what = f"{'/'.join(modes)} stream-K kernel" + (f" with the {reduction} reduction" if reduction != "auto" else "")
             if sk:  # kernels exist but none can launch (co-residency)
                 raise ProblemError(f"no {what} can run {problem.describe()} on {arch}: " + "; ".join(notes))
-            raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache)
+            raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache, streamk=streamk,
+                             reduction=reduction, tile=tile)  # fmt: skip
     if try_splitk:
         variants = (reduction,) if reduction in SPLITK_EPILOGUES else tuple(v for v in SPLITK_EPILOGUES if o.allows(v))
         ks_all = [k for k in candidates(cache, arch, problem, family="wgrad", tile=tile, exclude=exclude) if k.spec.variant in variants]
@@ -379,8 +381,9 @@ def choose(
         what = "split-K kernel" + (f" with the {reduction} epilogue" if reduction != "auto" else "")
         if try_sk and not ks_all and not notes:
             what = "kernel"  # neither family has one
-        raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache)
-    raise _no_kernel(problem, arch, "kernel", cache=cache)
+        raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache, streamk=streamk,
+                         reduction=reduction, tile=tile)  # fmt: skip
+    raise _no_kernel(problem, arch, "kernel", cache=cache, streamk=streamk, reduction=reduction, tile=tile)
 
 
 def all_choices(
