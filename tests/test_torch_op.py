@@ -397,7 +397,7 @@ class FakeLauncher:
         out.copy_(ref * (3 if self.wrong else 1))
         return out
 
-    def native_preferred(self, problem):
+    def native_preferred(self, problem, **where):
         assert isinstance(problem, ConvProblem)
         return self.pref
 

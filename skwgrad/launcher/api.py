@@ -25,7 +25,7 @@ from skwgrad.errors import DamagedEntryError, ProblemError
 from skwgrad.launcher import layout as L
 from skwgrad.launcher.backends import get_backend
 from skwgrad.launcher.calls import TorchCall, run_arrays
-from skwgrad.launcher.interop import device_of, stream_int, view
+from skwgrad.launcher.interop import device_of, stream_int, stream_of, view
 from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import Plan
 from skwgrad.launcher.select import choose
@@ -37,7 +37,59 @@ _plans: OrderedDict = OrderedDict()
 _calls: dict = {}
 _lock = threading.Lock()
 _caches: dict[str, object] = {}
-stats = {"plans_built": 0, "calls_resolved": 0}  # what the fast path had to do (tests, debugging)
+stats = {"plans_built": 0, "calls_resolved": 0, "tuned": 0}  # what the slow paths had to do (tests, debugging)
+_tuning: bool | None = None  # set_tuning(); None: $SKWGRAD_TUNE decides
+
+
+def set_tuning(on: bool | None) -> None:
+    """Tune on first use (the ``cudnn.benchmark`` / ``MIOPEN_FIND_MODE`` analogue): the first call
+    of a new (arch, CU count, problem) with default options times every cached candidate (and
+    PyTorch's own weight gradient, when torch is present) and records the fastest in the cache;
+    later calls, in this process or any process that imports the exported cache, use the
+    record without timing anything. Never while the stream is being captured. ``None`` returns
+    the decision to ``$SKWGRAD_TUNE`` (1/true/on)."""
+    global _tuning
+    _tuning = on
+    clear_plans()
+
+
+def tuning_enabled() -> bool:
+    if _tuning is not None:
+        return _tuning
+    return os.environ.get("SKWGRAD_TUNE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _tune_first_use(problem: ConvProblem, options: LaunchOptions, cache, be, stream) -> None:
+    """Time the candidates of a problem nobody has tuned yet (see ``set_tuning``)."""
+    if options != LaunchOptions(deterministic=options.deterministic, dw_dtype=options.dw_dtype, precision=options.precision):
+        return  # an explicit request is the caller's choice, not a tuning question
+    from skwgrad.launcher.select import problem_key
+    from skwgrad.launcher.select import tune as tune_problem
+
+    if cache.tuned(be.arch, be.compute_units, problem_key(problem)) is not None:
+        return
+    if stream is not None and be.stream_is_capturing(stream):
+        return  # tuning synchronises the device: never inside a capture
+    from skwgrad.launcher.baseline import cudnn_time
+
+    native_us, _ = cudnn_time(problem, be, warmup=3, iters=10) if be.name in ("cuda", "hip") else (None, "")
+    rows = tune_problem(problem, be, cache, warmup=3, iters=10, native_us=native_us)
+    stats["tuned"] += 1
+    log.info("tuned %s on %s: %d candidates, fastest %s", problem.describe(), be.arch, len(rows),
+             f"{rows[0]['label']} {rows[0]['us']:.1f} us" if rows and "us" in rows[0] else "none")  # fmt: skip
+
+
+def native_preferred(problem: ConvProblem, *, cache=None, device: int | None = None, backend=None) -> bool:
+    """True when the cache's tuning record for ``problem`` on this device says the framework's
+    own weight gradient was faster than every skwgrad candidate (the PyTorch op then falls back)."""
+    from skwgrad.launcher.select import problem_key
+
+    be = backend if backend is not None else get_backend(device)
+    got = open_cache(cache).tuned(be.arch, be.compute_units, problem_key(problem))
+    try:
+        return bool(got) and got.get("native_us") is not None and float(got["native_us"]) < float(got["us"])
+    except (TypeError, ValueError, KeyError):
+        return False
 
 
 def open_cache(cache=None):
@@ -82,8 +134,9 @@ def _options(options: LaunchOptions | None, kw: dict) -> LaunchOptions:
     return LaunchOptions(**kw)
 
 
-def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backend=None, device=None) -> Plan:
-    """The cached plan for (device, problem, cache, options); built on first use."""
+def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backend=None, device=None, stream=None) -> Plan:
+    """The cached plan for (device, problem, cache, options); built on first use (after timing
+    the candidates when tune-on-first-use is on: ``set_tuning``)."""
     be = backend if backend is not None else get_backend(device)
     c = open_cache(cache)
     if options.dw_dtype and options.dw_dtype != problem.dw_dtype:
@@ -100,6 +153,8 @@ def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backen
         p = _plans.get(key)
         if p is not None:
             return p
+        if tuning_enabled():
+            _tune_first_use(problem, options, c, be, stream)
         damaged: set = set()
         while True:  # a damaged entry is skipped (reported once by the cache) and selection goes on
             try:
@@ -241,7 +296,7 @@ def wgrad(
     views = [vx, vdy] + ([vout] if vout is not None else [])
     dev, kind = device_of(views)
     be = get_backend(dev, kind if not os.environ.get("SKWGRAD_BACKEND") else None)
-    p = plan_for(reading.problem, opts, cache=cache, backend=be)
+    p = plan_for(reading.problem, opts, cache=cache, backend=be, stream=s if s is not None else stream_of(views, None))
     stats["calls_resolved"] += 1
     if tkey is not None and key is not None:
         call = TorchCall(p, reading, vx, vout)

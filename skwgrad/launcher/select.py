@@ -434,7 +434,7 @@ def all_choices(
 # Tuning
 # ---------------------------------------------------------------------------------------------
 def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None, warmup=3, iters=20, remember=True, seed=0,
-         hold=None) -> list[dict]:
+         hold=None, native_us: float | None = None) -> list[dict]:
     """Time every cached candidate for ``problem`` on ``backend`` and remember the fastest
     (``cache.remember_tuned``), which ``choose(streamk='auto')`` then uses. Returns one row per
     candidate (fastest first): the choice, median microseconds, or the error that stopped it."""
@@ -467,6 +467,8 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
     if ok and remember:
         best = {k: v for k, v in ok[0].items() if k != "us"}
         best["us"] = ok[0]["us"]
+        if native_us is not None:  # the framework's own op, timed beside: a record can prefer it
+            best["native_us"] = float(native_us)
         try:
             cache.remember_tuned(backend.arch, cus, problem_key(problem), best)
         except CacheError as e:  # a read-only cache still tunes; it just cannot remember

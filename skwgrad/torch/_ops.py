@@ -379,7 +379,7 @@ def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, de
                 reason = "deterministic"
             elif launcher["native_preferred"] is not None:
                 try:
-                    if launcher["native_preferred"](problem):
+                    if launcher["native_preferred"](problem, cache=_cfg.cache, device=x.device.index):
                         reason = "tuned_native"
                 except SkwgradError as e:
                     reason = _reason_of(e)
