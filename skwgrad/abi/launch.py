@@ -7,6 +7,7 @@ computes a grid, a partition or a workspace size of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -58,6 +59,8 @@ def launch_geometry(
     """Resolve one launch. ``pool`` is the stream-K CTA pool (already resolved from -1);
     ``ks_count`` the split-K degree (stream-K kernels pin it to 1)."""
     kernargs.declaration(family, variant)  # known family/variant
+    if family == "dwconv":
+        return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
     if tiling.num_tiles > kernargs.I32_MAX or tiling.total_iters > kernargs.I32_MAX:
         raise ProblemError(f"{tiling.num_tiles} tiles x {tiling.iters_per_tile} iterations overflow the kernels' i32 counters")
@@ -106,3 +109,66 @@ def launch_geometry(
     if part is not None:
         scalars.update(part.kernarg_values())
     return LaunchGeometry(problem, family, variant, mode, tiling, grid, ks_count, ks_iters, part, ws, scalars)
+
+
+# -- depthwise family (``dwconv``): channel blocks x row splits ---------------------------------
+# A CTA owns BC channels and every tap; split s owns steps [s*ks_iters, (s+1)*ks_iters) of BR
+# rows of the N*Do*Ho*Wo reduction. Grid = ceil(G / BC) * ks_count, split-major. The spec's
+# (bm, bn, bk) are (BC, TAPS_P2, BR); the Tiling reports channel blocks as tiles and steps as
+# iterations.
+DWCONV_CTAS_PER_CU = 4  # enough resident CTAs to hide the gather latency (~4 waves of CTAs)
+DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue dominates
+
+
+def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int) -> Tiling:
+    for name, v in (("BC", bc), ("TAPS", taps), ("BR", br)):
+        if v <= 0:
+            raise ProblemError(f"dwconv {name} must be positive, got {v}")
+    cblocks = math.ceil(problem.g / bc)
+    return Tiling(
+        bm=bc, bn=taps, bk=br, m_tiles_per_group=1, m_tiles=cblocks, n_tiles=1, num_tiles=cblocks,
+        iters_per_tile=math.ceil(problem.gemm_k / br),
+    )  # fmt: skip
+
+
+def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
+                    ctas_per_cu: int = DWCONV_CTAS_PER_CU) -> int:  # fmt: skip
+    """The split-K degree that fills the device: ``ctas_per_cu * compute_units`` CTAs over the
+    channel blocks, each split keeping at least DWCONV_MIN_STEPS steps (clamped to [1, steps]).
+    ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``)."""
+    if compute_units <= 0 or ctas_per_cu <= 0:
+        raise ProblemError(f"dwconv_ks_count needs compute_units > 0 and ctas_per_cu > 0, got {compute_units}, {ctas_per_cu}")
+    t = dwconv_tiling(problem, bc, 1, br)
+    want = math.ceil(ctas_per_cu * compute_units / t.num_tiles)
+    return max(1, min(want, t.iters_per_tile // DWCONV_MIN_STEPS, t.iters_per_tile))
+
+
+def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int) -> LaunchGeometry:
+    """Resolve one dwconv launch (``ks_count`` from ``dwconv_ks_count`` or the caller)."""
+    kernargs.declaration("dwconv", variant)
+    if (problem.c, problem.k) != (1, 1):
+        raise ProblemError(f"dwconv is depthwise (C = K = 1 per group); the problem has C = {problem.c}, K = {problem.k}")
+    tiling = dwconv_tiling(problem, bc, taps, br)
+    steps = tiling.iters_per_tile
+    if steps > kernargs.I32_MAX or problem.gemm_k + br > kernargs.I32_MAX:
+        raise ProblemError(f"{problem.gemm_k} rows overflow the kernel's i32 row counters")
+    if not 1 <= ks_count <= steps:
+        raise ProblemError(f"ks_count must be in [1, {steps}] (the steps of {br} rows), got {ks_count}")
+    ks_iters = math.ceil(steps / ks_count)
+    ks_count = math.ceil(steps / ks_iters)  # drop splits past the last non-empty one
+    grid = tiling.num_tiles * ks_count
+    if grid > kernargs.I32_MAX:
+        raise ProblemError(f"grid of {grid} CTAs is too large")
+    ws = dataclasses.replace(
+        workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count), family="dwconv"
+    )
+    if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
+        raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
+    scalars = dict(kernargs.problem_scalars(problem))
+    scalars["ks_iters"] = ks_iters
+    scalars["ks_count"] = ks_count
+    if variant == "two_stage":
+        if ws.total_bytes > kernargs.I32_MAX:
+            raise ProblemError(f"workspace of {ws.total_bytes} bytes does not fit the i32 ws_bytes kernarg")
+        scalars["ws_bytes"] = ws.total_bytes
+    return LaunchGeometry(problem, "dwconv", variant, "", tiling, grid, ks_count, ks_iters, None, ws, scalars)

@@ -18,7 +18,7 @@ from skwgrad.errors import AbiError
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2"
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv"
     variant: str  # wgrad: direct|atomic|two_stage; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce
     dtype: str  # input dtype (x, dy); for stage2 unused and equal to dw_dtype
     dw_dtype: str
@@ -61,6 +61,8 @@ class KernelSpec:
             if extra:
                 raise bad(f"stage2 takes only a dtype, block and num_warps; {', '.join(extra)} must keep the default")
             return
+        if self.family == "dwconv":
+            return self._validate_dwconv(bad)
         if self.block:
             raise bad("only stage2 kernels have a block size")
         if self.dw_dtype not in (self.dtype, "fp32"):
@@ -99,6 +101,8 @@ class KernelSpec:
     def label_unchecked(self) -> str:
         if self.family == "stage2":
             return f"stage2_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
+        if self.family == "dwconv":
+            return self._label_dwconv()
         dt = self.dtype + (self.precision if self.precision else "")
         if self.dw_dtype != self.dtype:
             dt += f"_dw{self.dw_dtype}"
@@ -145,6 +149,8 @@ class KernelSpec:
             if p.dw_dtype != self.dw_dtype:
                 raise AbiError(f"{self.label} reduces into {self.dw_dtype}; the problem's dW is {p.dw_dtype}")
             return
+        if self.family == "dwconv":
+            return self._check_problem_dwconv(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -172,3 +178,60 @@ class KernelSpec:
                 f"{self.label} loads dy {self.vec_k} channels at a time; "
                 f"K per group = {p.k} is not a multiple of {self.vec_k}"
             )
+
+    # -- depthwise family (``dwconv``) ----------------------------------------------------------
+    # Its fields: bm = BC (channels per CTA), bn = TAPS_P2 (filter taps the kernel holds, a power
+    # of two >= Z*Y*X), bk = BR (output rows per step), vec_c = vec_k = the channel vector width
+    # (G % vec == 0). Variants are the split-K epilogues direct / atomic / two_stage.
+    def _validate_dwconv(self, bad):
+        if self.block or self.mode or self.pointwise:
+            raise bad("dwconv kernels have no block size, stream-K mode or pointwise addressing")
+        if self.dw_dtype not in (self.dtype, "fp32"):
+            raise bad("dW is the input dtype or fp32")
+        if self.spatial_dims not in (2, 3):
+            raise bad("spatial_dims is 2 or 3")
+        if self.variant == "atomic" and self.dw_dtype != "fp32":
+            raise bad("the atomic epilogue accumulates into dW, which must be fp32")
+        widest = 16 // DTYPE_BYTES[self.dtype]
+        v = self.vec_c
+        if v <= 0 or v & (v - 1) or v > widest or self.vec_k != v:
+            raise bad(f"vec_c = vec_k is the channel vector width, a power of two <= {widest} (16-byte loads)")
+        for name, lo, hi in (("bm (channels per CTA)", v, 1024), ("bn (taps)", 1, 128), ("bk (rows per step)", 1, 64)):
+            x = {"bm": self.bm, "bn": self.bn, "bk": self.bk}[name[:2]]
+            if x < lo or x > hi or x & (x - 1):
+                raise bad(f"{name} must be a power of two in [{lo}, {hi}]")
+        if self.bk * self.bn * self.bm > 64 * 1024:
+            raise bad("bk x bn x bm (the x gather of one step) must be at most 65536 elements")
+        if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+            raise bad("num_warps is 1, 2, 4, 8 or 16 and num_stages >= 1")
+        if (self.dtype == "fp32") != (self.precision == "ieee") or (self.dtype != "fp32" and self.precision):
+            raise bad("fp32 input takes precision 'ieee' (dwconv accumulates fp32 FMAs); other dtypes none")
+
+    def _label_dwconv(self) -> str:
+        dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
+        return (
+            f"dwconv_{dt}_{self.spatial_dims}d_v{self.vec_c}_c{self.bm}t{self.bn}r{self.bk}"
+            f"_w{self.num_warps}s{self.num_stages}_{self.variant}"
+        )
+
+    def _check_problem_dwconv(self, p: ConvProblem) -> None:
+        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
+            raise AbiError(
+                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
+                f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        # fp32 is computed with fp32 FMAs: at least the precision an ieee or tf32 problem asks for.
+        if p.spatial_dims != self.spatial_dims:
+            raise AbiError(f"{self.label} is a {self.spatial_dims}-D kernel; the problem is {p.spatial_dims}-D")
+        if (p.c, p.k) != (1, 1):
+            raise AbiError(
+                f"{self.label} is a depthwise kernel (1 input and 1 output channel per group); "
+                f"the problem has C = {p.c}, K = {p.k} per group"
+            )
+        if p.g % self.vec_c:
+            raise AbiError(
+                f"{self.label} loads {self.vec_c} channels at a time; G = {p.g} channels is not a multiple of {self.vec_c}"
+            )
+        taps = p.z * p.y * p.x
+        if taps > self.bn:
+            raise AbiError(f"{self.label} holds {self.bn} filter taps; the problem's {p.z}x{p.y}x{p.x} filter has {taps}")
