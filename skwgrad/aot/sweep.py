@@ -349,6 +349,7 @@ def sweep(
                 specs += _smoke(arch, dtype, modes, reductions, tiles)
             else:
                 specs += _pruned(preset, arch, dtype, modes, reductions, tiles)
+            specs += dwconv_specs(preset, arch, dtype, tiles)
         for dw in sorted({s.dw_dtype for s in specs if _needs_stage2(s)}):
             specs.append(stage2_spec(dw))
         items.update(SweepItem(arch, s) for s in specs)
@@ -362,7 +363,7 @@ def counts(items) -> Counter:
 
 def format_counts(items, title: str = "") -> str:
     c = counts(items)
-    families = ("wgrad", "wgrad_sk", "stage2")
+    families = ("wgrad", "wgrad_sk", "stage2", "dwconv")
     rows = [("arch", "dtype", *families, "total")]
     for arch, dtype in sorted({(a, d) for a, d, _ in c}, key=lambda ad: (list(ARCHES).index(ad[0]), ad[1])):
         n = [c[(arch, dtype, f)] for f in families]
@@ -377,3 +378,47 @@ def format_counts(items, title: str = "") -> str:
         lines.append(f"{a}: {n} kernels")
     lines.append(f"total: {sum(c.values())} kernels")
     return "\n".join(lines)
+
+
+# -- depthwise family (``dwconv``) --------------------------------------------------------------
+# Its own configurations, not GEMM tiles: (BC channels per CTA, TAPS_P2, BR rows per step, warps),
+# one per filter-size class: 16 taps (3x3, 1x1..4x4), 32 (5x5, 3x3x3), 64 (7x7). ``--tiles`` names
+# GEMM tiles, so with it no dwconv kernel is added. Channel widths {1, W}: vec 1 serves any G.
+# Variants: direct (ks_count = 1), two_stage (deterministic split-K, the Stage-2 reduce) and, for
+# fp32 dW, atomic. Smoke: one kernel per variant (bf16 unless --dtype), so CI compiles the family.
+DWCONV_CONFIGS = {
+    # taps: (BC, BR, warps). sm_90 (32 lanes): ~1 tap per thread at 16 taps; the wave-64 CDNA
+    # parts spread the same block over twice the lanes.
+    16: (64, 4, 4),
+    32: (64, 4, 4),
+    64: (64, 2, 4),
+}
+DWCONV_SMOKE = (16, (64, 4, 4))
+
+
+def _dwconv_spec(variant, dtype, dw, taps, cfg, *, dims=2, vec=1):
+    bc, br, warps = cfg
+    prec = "ieee" if dtype == "fp32" else ""
+    return KernelSpec(
+        "dwconv", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec,
+        bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1, precision=prec,
+    )  # fmt: skip
+
+
+def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The dwconv kernels of a preset for one arch and dtype (the same for every arch today)."""
+    if tiles:
+        return []
+    W = widest_vec(dtype)
+    if preset == "smoke":
+        taps, cfg = DWCONV_SMOKE
+        return [
+            _dwconv_spec("direct", dtype, dtype, taps, cfg, vec=W),
+            _dwconv_spec("two_stage", dtype, dtype, taps, cfg, vec=W),
+            _dwconv_spec("atomic", dtype, "fp32", taps, cfg, dims=3, vec=1),
+        ]
+    out = []
+    for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W), DWCONV_CONFIGS.items()):
+        for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
+            out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
+    return out
