@@ -1,0 +1,355 @@
+"""Depthwise wgrad (``dwconv`` family) on an NVIDIA GPU: numerics vs float64, device time of each
+candidate config, cuDNN's own weight gradient in the same run, and % of the memory roofline.
+
+Two steps, so the GPU machine never compiles:
+  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels
+  GPU machine: python benchmarks/gpu_depthwise.py run --kernels .device/dwkernels --out dw.json
+
+The objects are launched the way benchmarks/gpu_kernels.py launches them (its ``Runtime`` and
+``Launch``: cuda-bindings ``cuLaunchKernel`` with the ABI ``Packer``'s kernargs; grid and workspace
+from ``skwgrad.abi.launch.launch_geometry``), never through Triton's runtime. dW and the workspace
+are poisoned (NaN) before the numerics launch of every candidate. The float64 reference is
+computed on the GPU tap by tap (exact for depthwise) and checked first against
+``skwgrad.reference.wgrad_reference`` and torch's float64 weight gradient on a small shape.
+
+Times are medians of ``--reps`` launches bracketed by CUDA events (after warm-up, with the host
+queue filled behind a sleep kernel, see ``gpu_kernels._time``); a two-stage time includes its
+Stage-2 reduce, an atomic time the memset of dW. cuDNN: ``aten.convolution_backward`` (weight
+only) on channels-last tensors, with ``cudnn.benchmark`` off and on. Roofline: bytes of x + dy
+(input dtype) + dW (dW dtype) over 4.3 TB/s; the H200's 50 MB L2 keeps part of the inputs of the
+smaller rows across repeated launches, for both sides alike, so % can pass 100.
+
+``auto`` in the table is the rule proposed for ``skwgrad.launcher.select`` (see ``auto_choice``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from skwgrad.abi.conv import DTYPE_BYTES, parse_problem  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count  # noqa: E402
+from skwgrad.abi.spec import KernelSpec  # noqa: E402
+
+HBM_BYTES_PER_S = 4.3e12
+WIDEST = {"fp16": 8, "bf16": 8, "fp32": 4}
+CTAS_PER_CU_OPTIONS = (2, 4, 8, 16)  # split-K degrees tried per spec (dwconv_ks_count's knob)
+
+# (name, problem). MobileNetV2 / EfficientNet / ConvNeXt layers and the feature rows of the issue.
+SHAPES = [
+    ("mnv2_dw3x3_144ch_56", "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1"),
+    ("convnext_dw7x7_384ch_14", "n=32,c=384,k=384,g=384,h=14,w=14,y=7,x=7,padding=3"),
+    ("convnext_dw7x7_96ch_56", "n=32,c=96,k=96,g=96,h=56,w=56,y=7,x=7,padding=3"),
+    ("mnv2_dw3x3_32ch_112", "n=32,c=32,k=32,g=32,h=112,w=112,y=3,x=3,padding=1"),
+    ("mnv2_dw3x3_s2_96ch_112", "n=32,c=96,k=96,g=96,h=112,w=112,y=3,x=3,stride=2,padding=1"),
+    ("mnv2_dw3x3_960ch_7", "n=32,c=960,k=960,g=960,h=7,w=7,y=3,x=3,padding=1"),
+    ("effnet_dw5x5_240ch_28_fp16", "n=32,c=240,k=240,g=240,h=28,w=28,y=5,x=5,padding=2,dtype=fp16"),
+    ("effnet_dw5x5_s2_144ch_56_fp16", "n=32,c=144,k=144,g=144,h=56,w=56,y=5,x=5,stride=2,padding=2,dtype=fp16"),
+    ("dw3x3_dil2_256ch_32", "n=16,c=256,k=256,g=256,h=32,w=32,y=3,x=3,padding=2,dilation=2"),
+    ("dw3x3x3_3d_64ch_16x28", "n=4,c=64,k=64,g=64,d=16,h=28,w=28,z=3,y=3,x=3,padding=1"),
+    ("dw3x3_144ch_28_fp32", "n=32,c=144,k=144,g=144,h=28,w=28,y=3,x=3,padding=1,dtype=fp32"),
+    ("dw3x3_144ch_56_dwfp32", "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,dw_dtype=fp32"),
+    ("dw3x3_partial_200ch_28", "n=32,c=200,k=200,g=200,h=28,w=28,y=3,x=3,padding=1"),  # 200 = 3*64 + 8
+    ("dw3x3_vec4_100ch_28", "n=32,c=100,k=100,g=100,h=28,w=28,y=3,x=3,padding=1"),  # G % 8 != 0
+    ("dw3x3_vec1_75ch_28", "n=32,c=75,k=75,g=75,h=28,w=28,y=3,x=3,padding=1"),  # odd G: scalar loads
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# build (CPU)
+# ---------------------------------------------------------------------------------------------
+def _spec(variant, dtype, dw, taps, cfg, *, vec, dims=2):
+    bc, br, warps = cfg
+    return KernelSpec("dwconv", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec, bm=bc, bn=taps, bk=br,
+                      num_warps=warps, num_stages=1, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
+
+
+TUNE = {  # taps class -> extra (BC, BR, warps) beside the default sweep's DWCONV_CONFIGS
+    16: [(64, 8, 4), (32, 8, 4), (32, 4, 4), (128, 4, 4), (64, 8, 8), (128, 8, 8), (64, 2, 4), (32, 2, 2), (64, 4, 2), (64, 8, 2)],
+    32: [(32, 4, 4), (64, 2, 4), (64, 4, 8), (128, 4, 8), (32, 2, 2)],
+    64: [(64, 4, 8), (32, 4, 4), (32, 2, 4), (128, 2, 8), (64, 1, 4), (32, 1, 2)],
+}
+
+
+def build_specs() -> list[KernelSpec]:
+    from skwgrad.aot.sweep import dwconv_specs
+
+    out = set()
+    for dt in ("bf16", "fp16", "fp32"):
+        out.update(dwconv_specs("default", "sm_90", dt))  # what `auto` would find in a default cache
+        W = WIDEST[dt]
+        for taps, cfgs in TUNE.items():
+            if dt != "bf16":
+                cfgs = cfgs[:3]
+            for cfg in cfgs:
+                out.add(_spec("two_stage", dt, dt, taps, cfg, vec=W))
+                out.add(_spec("atomic", dt, "fp32", taps, cfg, vec=W))
+                if dt == "bf16" and taps == 32:
+                    out.add(_spec("two_stage", dt, dt, taps, cfg, vec=W, dims=3))
+        if dt == "bf16":  # the intermediate width for G % 8 == 4
+            for cfg in [(64, 4, 4), *TUNE[16][:3]]:
+                out.add(_spec("two_stage", dt, dt, 16, cfg, vec=4))
+    for dt in ("bf16", "fp16", "fp32"):
+        out.add(KernelSpec("stage2", "reduce", dt, dt, block=STAGE2_BLOCK, num_warps=4))
+    return sorted(out)
+
+
+def cmd_build(a):
+    from gpu_kernels import _compile_one
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = build_specs()
+    t0 = time.time()
+    failed = 0
+    with ProcessPoolExecutor(a.jobs) as ex:
+        for label, status in ex.map(_compile_one, [(s, str(out)) for s in specs]):
+            if status.startswith("FAILED"):
+                failed += 1
+                print(label, status)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    print(f"{len(specs)} specs in {time.time() - t0:.0f}s, {size / 1e6:.1f} MB, {failed} failed")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# run (GPU)
+# ---------------------------------------------------------------------------------------------
+def dw_reference(torch, p, x, dy):
+    """float64 dW (``G 1 Z Y X 1``) on the GPU: one strided window of padded x per tap."""
+    xd = x.double().view(p.n, p.di, p.hi, p.wi, p.g)
+    dyd = dy.double().view(p.n, p.do, p.ho, p.wo, p.g)
+    (pld, plh, plw), (phd, phh, phw) = p.pad_lo, p.pad_hi
+    xp = torch.nn.functional.pad(xd, (0, 0, plw, phw, plh, phh, pld, phd))
+    (sd, sh, sw), (dd, dh, dl) = p.stride, p.dilation
+    out = torch.empty(p.g, p.z, p.y, p.x, dtype=torch.float64, device=x.device)
+    for kz, ky, kx in itertools.product(range(p.z), range(p.y), range(p.x)):
+        d0, h0, w0 = kz * dd, ky * dh, kx * dl
+        win = xp[:, d0 : d0 + (p.do - 1) * sd + 1 : sd, h0 : h0 + (p.ho - 1) * sh + 1 : sh, w0 : w0 + (p.wo - 1) * sw + 1 : sw, :]
+        out[:, kz, ky, kx] = (win * dyd).sum(dim=(0, 1, 2, 3))
+    return out.reshape(p.dw_shape)
+
+
+def torch_wgrad(torch, p, x, dy):
+    """A closure running torch's weight gradient on channels-last views of x and dy."""
+    sd = p.spatial_dims
+    perm = (0, sd + 1, *range(1, sd + 1))
+    xt = x.view(p.n, *p.x_shape[1:-2], p.g * p.c).permute(*perm)
+    dyt = dy.view(p.n, *p.dy_shape[1:-2], p.g * p.k).permute(*perm)
+    ksz = [p.z, p.y, p.x][3 - sd :]
+    w = torch.empty(p.g * p.k, p.c, *ksz, dtype=x.dtype, device="cuda")
+    st, pd, dl = list(p.stride[3 - sd :]), list(p.pad_lo[3 - sd :]), list(p.dilation[3 - sd :])
+    if p.pad_lo != p.pad_hi:
+        raise ValueError("torch rows need symmetric padding")
+
+    def run():
+        return torch.ops.aten.convolution_backward(dyt, xt, w, None, st, pd, dl, False, [0] * sd, p.g, [False, True, False])[1]
+
+    return run
+
+
+def roofline_us(p) -> float:
+    nbytes = (p.x_numel + p.dy_numel) * DTYPE_BYTES[p.dtype] + p.dw_numel * DTYPE_BYTES[p.dw_dtype]
+    return nbytes / HBM_BYTES_PER_S * 1e6
+
+
+def widest_vec(g: int, dtype: str) -> int:
+    w = WIDEST[dtype]
+    while g % w:
+        w //= 2
+    return w
+
+
+def taps_class(taps: int, classes) -> int | None:
+    fit = [c for c in classes if c >= taps]
+    return min(fit) if fit else None
+
+
+def auto_choice(p, specs, sms):
+    """The rule proposed for ``select`` (``auto`` on a depthwise problem, C = K = 1 per group):
+    family dwconv; the smallest taps class >= Z*Y*X; the default sweep's (BC, BR, warps) for that
+    class (``sweep.DWCONV_CONFIGS``); dims and dtypes of the problem; the widest cached channel
+    vector dividing G; ks_count = ``dwconv_ks_count(problem, bc, br, sms)``; variant ``direct``
+    when ks_count == 1, else ``two_stage`` (deterministic; its Stage-2 is tiny: G*taps*ks floats),
+    or ``atomic`` where the caller asks for that reduction (fp32 dW)."""
+    from skwgrad.aot.sweep import DWCONV_CONFIGS  # plain Python: no Triton on the GPU side
+
+    cls = taps_class(p.z * p.y * p.x, sorted(DWCONV_CONFIGS))
+    if cls is None:
+        return None
+    bc, br, warps = DWCONV_CONFIGS[cls]
+    ks = dwconv_ks_count(p, bc=bc, br=br, compute_units=sms)
+    variant = "direct" if ks == 1 else "two_stage"
+    for vec in (8, 4, 2, 1):
+        want = _spec(variant, p.dtype, p.dw_dtype, cls, (bc, br, warps), vec=vec, dims=p.spatial_dims) if vec <= WIDEST[p.dtype] else None
+        if want in specs and p.g % vec == 0:
+            return want, ks
+    return None
+
+
+def cmd_run(a):
+    import torch
+
+    from gpu_kernels import Launch, Runtime, _time, make_inputs
+    from skwgrad.reference import relative_error, tolerance, wgrad_reference
+
+    t_start = time.time()
+    rt = Runtime(a.kernels)
+    sms = rt.sms
+    specs = [s for s in rt.kernels if s.family == "dwconv"]
+    dev = torch.cuda.get_device_name(0)
+    print(f"{dev}: {sms} SMs, {len(specs)} dwconv kernels", flush=True)
+
+    # -- the reference itself, on a small asymmetric, strided, dilated shape --------------------
+    for text in ["n=2,c=6,k=6,g=6,h=9,w=8,y=3,x=2,stride=2,pad_lo=1x0,pad_hi=0x1,dilation=2x1,dtype=fp32",
+                 "n=2,c=4,k=4,g=4,d=4,h=5,w=5,z=3,y=3,x=3,padding=1,dtype=fp32"]:  # fmt: skip
+        p = parse_problem(text)
+        x, dy = make_inputs(rt, p, seed=5)
+        got = dw_reference(torch, p, x, dy).cpu().numpy()
+        want = wgrad_reference(p, x.double().cpu().numpy(), dy.double().cpu().numpy())
+        assert relative_error(got, want) < 1e-12, ("reference self-check", text)
+    p = parse_problem("n=2,c=8,k=8,g=8,h=9,w=9,y=3,x=3,padding=1,dtype=fp32")
+    x, dy = make_inputs(rt, p, seed=6)
+    tw = torch.ops.aten.convolution_backward(
+        dy.double().view(2, 9, 9, 8).permute(0, 3, 1, 2), x.double().view(2, 9, 9, 8).permute(0, 3, 1, 2),
+        torch.empty(8, 1, 3, 3, dtype=torch.float64, device="cuda"), None, [1, 1], [1, 1], [1, 1], False, [0, 0], 8,
+        [False, True, False],
+    )[1]  # fmt: skip
+    assert relative_error(dw_reference(torch, p, x, dy).cpu().numpy(), tw.permute(0, 2, 3, 1).reshape(p.dw_shape).cpu().numpy()) < 1e-12
+
+    # fp32 rows are ieee problems: cuDNN must not use TF32 either
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows, failures = [], 0
+    only = [o for o in a.only.split(",") if o]
+    for name, text in SHAPES:
+        if only and not any(o in name for o in only):
+            continue
+        if time.time() - t_start > a.budget_s:
+            print(f"-- time budget of {a.budget_s}s spent; skipping {name} and later rows", flush=True)
+            break
+        p = parse_problem(text)
+        x, dy = make_inputs(rt, p, seed=1)
+        ref = dw_reference(torch, p, x, dy).cpu().numpy()
+        tol = tolerance(p.dtype, p.dw_dtype, p.precision)
+        row = {"name": name, "problem": text, "roofline_us": roofline_us(p), "candidates": []}
+        # cuDNN / torch
+        tw = torch_wgrad(torch, p, x, dy)
+        for bench in (False, True):
+            torch.backends.cudnn.benchmark = bench
+            row[f"torch_us_benchmark_{'on' if bench else 'off'}"] = _time(rt, tw, a.reps)
+        torch.backends.cudnn.benchmark = False
+        torch_us = min(row["torch_us_benchmark_off"], row["torch_us_benchmark_on"])
+        row["torch_us"] = torch_us
+        # candidates: the row's dtypes/dims, the widest admitted vector, the smallest taps class
+        adm = []
+        for s in specs:
+            if s.variant == "direct":
+                continue  # ks_count = 1 only: reached through `auto` where the rule says so
+            try:
+                s.check_problem(p)
+            except Exception:  # noqa: BLE001
+                continue
+            adm.append(s)
+        if adm:
+            vmax = max(s.vec_c for s in adm)
+            tmin = min(s.bn for s in adm)
+            adm = [s for s in adm if s.vec_c == vmax and s.bn == tmin]
+        auto = auto_choice(p, set(specs), sms)
+        jobs = []
+        for s in adm:
+            for k in sorted({dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c) for c in CTAS_PER_CU_OPTIONS}):
+                jobs.append((s, k, False))
+        if auto:
+            jobs.append((auto[0], auto[1], True))
+        best = None
+        for s, ks, is_auto in jobs:
+            L = Launch(rt, s, p, x, dy, ks_count=ks)
+            L.poison()
+            L.run()
+            torch.cuda.synchronize()
+            err = relative_error(L.output().double().cpu().numpy(), ref)
+            ok = err <= tol
+            us = _time(rt, L.run, a.reps)
+            c = {"label": s.label, "ks_count": L.geo.ks_count, "grid": L.geo.grid, "us": us, "rel_err": err, "tol": tol,
+                 "ok": ok, "auto": is_auto}  # fmt: skip
+            row["candidates"].append(c)
+            failures += not ok
+            if not ok:
+                print(f"BAD {name} {s.label} ks={ks} err={err:.2e} tol={tol:.0e}", flush=True)
+            elif best is None or us < best["us"]:
+                best = c
+            if is_auto:
+                row["auto"] = c
+            del L
+        row["best"] = best
+        rows.append(row)
+        fmt = lambda c: f"{c['us']:8.1f} us {row['roofline_us'] / c['us'] * 100:5.0f}% {torch_us / c['us']:5.2f}x {c['label']} ks={c['ks_count']}" if c else "      -"  # noqa: E731
+        print(f"{name:<32} torch {row['torch_us_benchmark_off']:8.1f}/{row['torch_us_benchmark_on']:8.1f} us "
+              f"roof {row['roofline_us']:6.1f} us | best {fmt(best)} | auto {fmt(row.get('auto'))}", flush=True)  # fmt: skip
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(_doc(dev, sms, rows, failures, a), indent=1))
+
+    print("\nrow                              torch_us   best_us  auto_us  roof%best  best/torch  auto/torch")
+    for r in rows:
+        b, au = r["best"], r.get("auto")
+        print(f"{r['name']:<32} {r['torch_us']:8.1f} {b['us'] if b else float('nan'):9.1f} {au['us'] if au else float('nan'):8.1f} "
+              f"{(r['roofline_us'] / b['us'] * 100) if b else float('nan'):9.0f} {(r['torch_us'] / b['us']) if b else float('nan'):11.2f} "
+              f"{(r['torch_us'] / au['us']) if au and au['ok'] else float('nan'):11.2f}")  # fmt: skip
+    speed = [r["torch_us"] / r["auto"]["us"] for r in rows if r.get("auto") and r["auto"]["ok"]]
+    if speed:
+        print(f"auto vs torch: geomean {math.exp(sum(map(math.log, speed)) / len(speed)):.2f}x, min {min(speed):.2f}x over {len(speed)} rows")
+    print(f"{sum(len(r['candidates']) for r in rows)} candidates, {failures} numerics failures, {time.time() - t_start:.0f}s")
+    Path(a.out).write_text(json.dumps(_doc(dev, sms, rows, failures, a), indent=1))
+    return 1 if failures else 0
+
+
+def _doc(dev, sms, rows, failures, a):
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except Exception:  # noqa: BLE001
+        commit = ""
+    return {
+        "version": 1,
+        "what": "dwconv depthwise wgrad vs torch/cuDNN (benchmarks/gpu_depthwise.py run)",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": dev,
+        "sms": sms,
+        "commit": commit,
+        "reps": a.reps,
+        "roofline_bytes_per_s": HBM_BYTES_PER_S,
+        "failures": failures,
+        "rows": rows,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", required=True)
+    b.add_argument("--jobs", type=int, default=os.cpu_count())
+    r = sub.add_parser("run")
+    r.add_argument("--kernels", required=True)
+    r.add_argument("--out", required=True, help="JSON file")
+    r.add_argument("--reps", type=int, default=40)
+    r.add_argument("--only", default="", help="comma-separated substrings of row names")
+    r.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after this many seconds")
+    a = ap.parse_args()
+    return {"build": cmd_build, "run": cmd_run}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main() or 0)
