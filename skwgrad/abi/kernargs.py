@@ -46,7 +46,7 @@ SK_SCALARS = (
     "sk_extra_iters", "sk_pool", "sk_tree_rounds",
 )  # fmt: skip
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped")
 SPLITK_EPILOGUES = ("direct", "atomic", "two_stage")
 SK_REDUCTIONS = ("linear", "tree", "atomic", "workspace")
 FLAG_REDUCTIONS = ("linear", "tree")  # reductions that hand partials over through flags
@@ -155,8 +155,8 @@ def declaration(family: str, variant: str) -> KernargDecl:
         if variant != "reduce":
             raise AbiError(f"stage2 variant {variant!r} is not 'reduce'")
         args = [Arg("ws_ptr", "ptr", "f32"), Arg("dw", "ptr", "dw"), Arg("numel", "i32"), Arg("replicas", "i32")]
-    elif family == "dwconv":
-        args = _dwconv_args(variant)
+    elif family in ("dwconv", "grouped"):
+        args = _dwconv_args(variant, family)
     else:
         raise AbiError(f"kernel family {family!r} is not one of {', '.join(FAMILIES)}")
     names = [a.name for a in args]
@@ -242,14 +242,15 @@ class Packer:
         return f"{self.decl.family}/{self.decl.variant}"
 
 
-# -- depthwise family (``dwconv``, skwgrad/aot/kernels/depthwise.py) ---------------------------
-# Split-K over the N*Do*Ho*Wo rows with the wgrad epilogues, so the wgrad prefix as it is:
-# problem scalars (C = K = 1), ws_ptr/ws_bytes live for two_stage only, ks_iters (steps of BR
-# rows per split) and ks_count. Nothing is appended.
+# -- depthwise and packed-group families (``dwconv``: skwgrad/aot/kernels/depthwise.py,
+# ``grouped``: skwgrad/aot/kernels/grouped.py) ------------------------------------------------
+# Split-K with the wgrad epilogues, so the wgrad prefix as it is: the real problem's scalars,
+# ws_ptr/ws_bytes live for two_stage only, ks_iters (dwconv: steps of BR rows; grouped: BK slices)
+# and ks_count. Nothing is appended.
 DWCONV_VARIANTS = ("direct", "atomic", "two_stage")
 
 
-def _dwconv_args(variant: str) -> list[Arg]:
+def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
     if variant not in DWCONV_VARIANTS:
-        raise AbiError(f"dwconv epilogue {variant!r} is not one of {', '.join(DWCONV_VARIANTS)}")
+        raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(DWCONV_VARIANTS)}")
     return _prefix(workspace=variant == "two_stage")

@@ -55,12 +55,15 @@ def launch_geometry(
     pool: int = 0,
     ks_count: int = 1,
     flags_per_cta: int | None = None,
+    groups_per_tile: int = 0,
 ) -> LaunchGeometry:
     """Resolve one launch. ``pool`` is the stream-K CTA pool (already resolved from -1);
     ``ks_count`` the split-K degree (stream-K kernels pin it to 1)."""
     kernargs.declaration(family, variant)  # known family/variant
     if family == "dwconv":
         return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count)
+    if family == "grouped":
+        return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
     if tiling.num_tiles > kernargs.I32_MAX or tiling.total_iters > kernargs.I32_MAX:
         raise ProblemError(f"{tiling.num_tiles} tiles x {tiling.iters_per_tile} iterations overflow the kernels' i32 counters")
@@ -172,3 +175,41 @@ def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, b
             raise ProblemError(f"workspace of {ws.total_bytes} bytes does not fit the i32 ws_bytes kernarg")
         scalars["ws_bytes"] = ws.total_bytes
     return LaunchGeometry(problem, "dwconv", variant, "", tiling, grid, ks_count, ks_iters, None, ws, scalars)
+
+
+# -- packed-group family (``grouped``): GB groups per tile, block-diagonal ------------------------
+# The kernel runs the split-K wgrad main loop on the packed problem (G/GB groups of GB*C -> GB*K
+# channels; same memory layout) and stores the diagonal blocks; so tiling, grid and ks_count are
+# the packed problem's, the workspace and the kernargs the real problem's.
+GROUPED_CTAS_PER_CU = 2
+
+
+def grouped_packed(problem: ConvProblem, gb: int) -> ConvProblem:
+    if gb < 1 or problem.g % gb:
+        raise ProblemError(f"groups per tile must divide G = {problem.g}, got {gb}")
+    return dataclasses.replace(problem, g=problem.g // gb, c=problem.c * gb, k=problem.k * gb)
+
+
+def grouped_ks_count(problem: ConvProblem, *, gb: int, bm: int, bn: int, bk: int, compute_units: int,
+                     ctas_per_cu: int = GROUPED_CTAS_PER_CU) -> int:  # fmt: skip
+    """Split-K degree filling the device with ``ctas_per_cu`` CTAs per CU over the packed tiles."""
+    t = grouped_packed(problem, gb).tiling(bm, bn, bk)
+    return max(1, min(math.ceil(ctas_per_cu * compute_units / t.num_tiles), t.iters_per_tile))
+
+
+def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn: int, bk: int, ks_count: int) -> LaunchGeometry:
+    kernargs.declaration("grouped", variant)
+    geo = launch_geometry(grouped_packed(problem, gb), "wgrad", variant, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
+    ws = dataclasses.replace(
+        workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=geo.ks_count), family="grouped"
+    )
+    if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
+        raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
+    scalars = dict(kernargs.problem_scalars(problem))
+    scalars["ks_iters"] = geo.ks_iters
+    scalars["ks_count"] = geo.ks_count
+    if variant == "two_stage":
+        if ws.total_bytes > kernargs.I32_MAX:
+            raise ProblemError(f"workspace of {ws.total_bytes} bytes does not fit the i32 ws_bytes kernarg")
+        scalars["ws_bytes"] = ws.total_bytes
+    return LaunchGeometry(problem, "grouped", variant, "", geo.tiling, geo.grid, geo.ks_count, geo.ks_iters, None, ws, scalars)

@@ -63,8 +63,10 @@ class KernelSpec:
             return
         if self.family == "dwconv":
             return self._validate_dwconv(bad)
-        if self.block:
+        if self.block and self.family != "grouped":
             raise bad("only stage2 kernels have a block size")
+        if self.family == "grouped" and (self.block < 1 or self.block & (self.block - 1) or self.pointwise):
+            raise bad("grouped: block (groups per tile) must be a power of two >= 1, and no pointwise addressing")
         if self.dw_dtype not in (self.dtype, "fp32"):
             raise bad("dW is the input dtype or fp32")
         if self.spatial_dims not in (2, 3):
@@ -114,6 +116,8 @@ class KernelSpec:
             f"{self.bm}x{self.bn}x{self.bk}",
             f"w{self.num_warps}s{self.num_stages}",
         ]
+        if self.family == "grouped":
+            parts.insert(4, f"g{self.block}")
         if self.family == "wgrad_sk":
             parts.append(self.mode.replace("_", ""))
         parts.append(self.variant)
@@ -168,6 +172,8 @@ class KernelSpec:
                 f"{self.label} addresses x as a plain matrix (1x1, stride 1, no padding); "
                 f"the problem has a {p.z}x{p.y}x{p.x} filter, stride {p.stride}, padding {p.pad_lo}/{p.pad_hi}"
             )
+        if self.family == "grouped":
+            return self._check_problem_grouped(p)
         if p.c % self.vec_c:
             raise AbiError(
                 f"{self.label} loads x and stores dW {self.vec_c} channels at a time; "
@@ -235,3 +241,19 @@ class KernelSpec:
         taps = p.z * p.y * p.x
         if taps > self.bn:
             raise AbiError(f"{self.label} holds {self.bn} filter taps; the problem's {p.z}x{p.y}x{p.x} filter has {taps}")
+
+    # -- packed-group family (``grouped``) -------------------------------------------------------
+    # bm/bn/bk: the tile of the packed problem (G/GB groups of GB*C -> GB*K channels); block = GB;
+    # vec_c / vec_k: vector widths of GB*C and GB*K. Variants: the split-K epilogues.
+    def _check_problem_grouped(self, p: ConvProblem) -> None:
+        gb = self.block
+        if p.g % gb:
+            raise AbiError(f"{self.label} packs {gb} groups per tile; G = {p.g} is not a multiple of {gb}")
+        if (gb * p.c) % self.vec_c:
+            raise AbiError(
+                f"{self.label} loads x {self.vec_c} channels at a time; {gb} groups x C = {p.c} is not a multiple of {self.vec_c}"
+            )
+        if (gb * p.k) % self.vec_k:
+            raise AbiError(
+                f"{self.label} loads dy {self.vec_k} channels at a time; {gb} groups x K = {p.k} is not a multiple of {self.vec_k}"
+            )
