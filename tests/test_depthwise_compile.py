@@ -1,4 +1,4 @@
-"""The depthwise family (``dwconv``) compiles for gfx942, gfx950 and sm_90 on this GPU-less
+"""The depthwise family (``dwconv``) and the packed-group family (``grouped``) compile for gfx942, gfx950 and sm_90 on this GPU-less
 machine, and its code objects pass the checks the dense families pass: kernarg layout from the
 AMD metadata note (and the PTX entry on sm_90) equal to the one ABI declaration, no scratch or
 spills, no flag traffic; plus what this family promises: no matrix instructions (vector FMAs),
@@ -15,9 +15,9 @@ from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.kernargs import declaration
-from skwgrad.abi.launch import DWCONV_MIN_STEPS, dwconv_geometry, dwconv_ks_count, launch_geometry
+from skwgrad.abi.launch import DWCONV_MIN_STEPS, dwconv_geometry, dwconv_ks_count, grouped_ks_count, launch_geometry
 from skwgrad.abi.spec import KernelSpec
-from skwgrad.aot.sweep import dwconv_specs
+from skwgrad.aot.sweep import dwconv_specs, grouped_specs
 from skwgrad.errors import AbiError, ProblemError
 
 ARCHES = ("gfx942", "gfx950", "sm_90")
@@ -29,6 +29,14 @@ def dws(variant="two_stage", dtype="bf16", dw=None, *, vec=8, bc=64, taps=16, br
 
 
 def specs():
+    return dw_specs() + grouped_smoke()
+
+
+def grouped_smoke():
+    return list(grouped_specs("smoke", "gfx942", "bf16"))
+
+
+def dw_specs():
     out = list(dwconv_specs("smoke", "gfx942", "bf16"))  # what CI's smoke sweep builds
     out += [
         dws("two_stage", "bf16", taps=64, br=2),  # 7x7
@@ -82,13 +90,17 @@ def test_amd_no_scratch_no_mfma_no_flags(built, spec, arch):
     amd = md["amd"]
     assert amd["scratch_bytes"] == 0 and amd["vgpr_spill_count"] == 0, amd
     isa = md["_asm"]["amdgcn"]
-    assert not re.search(r"^\s*v_mfma", isa, re.M), "the depthwise kernel accumulates on the vector units"
-    assert re.search(r"^\s*v_(fma|fmac|pk_fma)_f32", isa, re.M), "no fp32 FMA in a depthwise kernel"
+    if spec.family == "grouped":
+        assert re.search(r"^\s*v_mfma_f32_\w+", isa, re.M), "no MFMA instruction in a grouped kernel"
+    else:
+        assert not re.search(r"^\s*v_mfma", isa, re.M), "the depthwise kernel accumulates on the vector units"
+        assert re.search(r"^\s*v_(fma|fmac|pk_fma)_f32", isa, re.M), "no fp32 FMA in a depthwise kernel"
     # no flag protocol: no agent-scope writeback / invalidate
     assert not re.search(r"^\s*buffer_(wbl2|inv)\b", isa, re.M)
     assert md["flags_per_cta"] == 0
     if spec.vec_c * {"bf16": 2, "fp16": 2, "fp32": 4}[spec.dtype] == 16:
-        assert re.search(r"^\s*(global|buffer)_load_dwordx4\b", isa, re.M), "no 16-byte channel-vector load"
+        # gfx950 loads MMA operands straight into LDS (global_load_lds_dwordx4)
+        assert re.search(r"^\s*(global|buffer)_load(_lds)?_dwordx4\b", isa, re.M), "no 16-byte channel-vector load"
     if spec.variant == "atomic":
         assert re.search(r"^\s*(global|buffer)_atomic_add_f32\b", isa, re.M)
 
@@ -97,9 +109,32 @@ def test_amd_no_scratch_no_mfma_no_flags(built, spec, arch):
 def test_sm90_no_local_memory_and_vector_loads(built, spec):
     _, md = built[(spec, "sm_90")]
     ptx = md["_asm"]["ptx"]
-    assert "mma" not in ptx and ".local" not in ptx
+    assert ".local" not in ptx
+    assert ("mma" in ptx) == (spec.family == "grouped")
     if spec.vec_c * {"bf16": 2, "fp16": 2, "fp32": 4}[spec.dtype] == 16:
-        assert re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx), "no 16-byte channel-vector load"
+        # dwconv: register loads; grouped: MMA operands through cp.async into shared memory
+        assert re.search(r"ld\.global(\.\w+)*\.v4\.b32|cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], 0x10", ptx), "no 16-byte channel-vector load"
+
+
+def test_grouped_rules_and_geometry():
+    g = KernelSpec("grouped", "two_stage", "bf16", "bf16", vec_c=8, vec_k=8, bm=32, bn=64, bk=64, block=4)
+    assert g.label == "grouped_bf16_2d_v8v8_g4_32x64x64_w4s2_two_stage"
+    p = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")  # ResNeXt: 8 channels per group
+    g.check_problem(p)
+    with pytest.raises(AbiError, match="multiple of 4"):
+        g.check_problem(parse_problem("n=2,c=36,k=36,g=6,h=9,w=9,y=3,x=3"))
+    with pytest.raises(AbiError, match="multiple of 8"):
+        g.check_problem(parse_problem("n=2,c=4,k=4,g=4,h=9,w=9,y=3,x=3"))  # 4 groups x 1 channel
+    with pytest.raises(AbiError, match="power of two"):
+        KernelSpec("grouped", "direct", "bf16", "bf16", vec_c=8, vec_k=8, bm=32, bn=64, bk=64, block=3)
+    geo = launch_geometry(p, "grouped", "two_stage", bm=32, bn=64, bk=64, ks_count=4, groups_per_tile=4)
+    # packed: 8 groups of 32 -> 32 channels, 1 M tile x ceil(9 * 32 / 64) = 5 N tiles each
+    assert geo.tiling.num_tiles == 8 * 1 * 5 and geo.grid == 40 * geo.ks_count
+    assert geo.workspace.replicas == geo.ks_count and geo.workspace.total_bytes >= 4 * p.dw_numel * geo.ks_count
+    assert (geo.scalars["G"], geo.scalars["C"], geo.scalars["K"]) == (32, 8, 8)  # the real problem
+    assert grouped_ks_count(p, gb=4, bm=32, bn=64, bk=64, compute_units=132) == -(-2 * 132 // 40)
+    with pytest.raises(ProblemError, match="divide"):
+        launch_geometry(p, "grouped", "direct", bm=32, bn=64, bk=64, groups_per_tile=3)
 
 
 def test_smoke_holds_every_variant_3d_and_vec1():

@@ -6,7 +6,9 @@ Shapes are tiny (the interpreter is slow) but reach every path: 3x3 / 5x5 / 7x7 
 stride 2, dilation 2, asymmetric padding, channel blocks past G (partial), channel vectors of
 1, 2, 4 and 8, row steps that carry into n every step, and the three epilogues (direct, atomic into
 fp32 dW, two-stage into f32 replicas + Stage-2) at fp16, bf16 and fp32 with dW in the input dtype
-and in fp32. Runs through tests/_interp_runner.py, the runner of the dense families.
+and in fp32. Also the packed-group family (``grouped``: GB groups block-diagonal in one MMA tile)
+on g = 2, 4, 8 shapes, 2-D and 3-D, every epilogue. Runs through tests/_interp_runner.py, the
+runner of the dense families.
 """
 
 import json
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from skwgrad.abi.conv import parse_problem
-from skwgrad.abi.launch import dwconv_geometry
+from skwgrad.abi.launch import dwconv_geometry, grouped_geometry
 
 RUNNER = Path(__file__).with_name("_interp_runner.py")
 
@@ -26,6 +28,12 @@ RUNNER = Path(__file__).with_name("_interp_runner.py")
 def spec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, taps=16, br=4, sd=2, warps=4):
     return dict(family="dwconv", variant=variant, dtype=dtype, dw_dtype=dw or dtype, vec_c=vec, vec_k=vec,
                 bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1,
+                precision="ieee" if dtype == "fp32" else "", spatial_dims=sd)  # fmt: skip
+
+
+def gspec(variant, dtype="fp16", dw=None, *, gb=4, vec=8, bm=32, bn=32, bk=16, sd=2):
+    return dict(family="grouped", variant=variant, dtype=dtype, dw_dtype=dw or dtype, vec_c=vec, vec_k=vec,
+                bm=bm, bn=bn, bk=bk, block=gb, num_warps=4, num_stages=2,
                 precision="ieee" if dtype == "fp32" else "", spatial_dims=sd)  # fmt: skip
 
 
@@ -51,6 +59,14 @@ CASES = [
      spec("direct", vec=2, bc=4), 1),
     # BR = 8 rows span more than one 2x3 image: every step carries into n
     ("tiny_images_fp16_two_stage", "n=5,c=8,k=8,g=8,h=2,w=3,y=2,x=2,padding=1,dtype=fp16", spec("two_stage", br=8), 3),
+    # grouped, GB groups per tile (block-diagonal): G/GB packed tiles, partial packed M and N tiles
+    ("grouped_g8_c4_fp16_two_stage", "n=2,c=32,k=32,g=8,h=7,w=6,y=3,x=3,padding=1,dtype=fp16", gspec("two_stage"), 3),
+    ("grouped_g2_c8k16_s2_fp16_dwfp32_atomic", "n=2,c=16,k=32,g=2,h=6,w=6,y=3,x=3,padding=1,stride=2,dtype=fp16,dw_dtype=fp32",
+     gspec("atomic", "fp16", "fp32", gb=2), 2),
+    ("grouped_g4_c3k6_vec4_fp32_direct", "n=2,c=12,k=24,g=4,h=6,w=7,y=3,x=3,padding=2,dilation=2,dtype=fp32",
+     gspec("direct", "fp32", gb=4, vec=4, bm=16, bn=32), 1),
+    ("grouped_3d_g4_fp16_two_stage", "n=1,c=16,k=16,g=4,d=3,h=4,w=4,z=3,y=3,x=3,padding=1,dtype=fp16",
+     gspec("two_stage", gb=2, vec=8, sd=3), 2),
 ]
 
 
@@ -68,7 +84,7 @@ def results():
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_depthwise_interpreter_numerics(results, case):
     r = results[case]
-    assert r["label"].startswith("dwconv_")
+    assert r["label"].startswith(("dwconv_", "grouped_"))
     assert r["rel_err"] <= r["tol"], r
 
 
@@ -77,7 +93,10 @@ def test_cases_cover_what_they_claim(results):
     for cid, r in results.items():
         _, problem, sp, ks = by_id[cid]
         p = parse_problem(problem)
-        geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks)
+        if sp["family"] == "grouped":
+            geo = grouped_geometry(p, sp["variant"], gb=sp["block"], bm=sp["bm"], bn=sp["bn"], bk=sp["bk"], ks_count=ks)
+        else:
+            geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks)
         assert r["ks_count"] == geo.ks_count == ks, cid  # the split count asked for is the one run
     # partial channel blocks: G is not a multiple of BC
     for cid in ("3x3_fp16_two_stage_partial_block", "5x5_s2_fp32_atomic", "3x3_dil2_fp16_dwfp32_two_stage_vec1"):
@@ -85,4 +104,5 @@ def test_cases_cover_what_they_claim(results):
         assert parse_problem(problem).g % sp["bm"], cid
     assert {c[2]["dtype"] for c in CASES} == {"fp16", "bf16", "fp32"}
     assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage"}
-    assert {c[2]["vec_c"] for c in CASES} == {1, 2, 4, 8}
+    assert {c[2]["vec_c"] for c in CASES if c[2]["family"] == "dwconv"} == {1, 2, 4, 8}
+    assert {c[2]["variant"] for c in CASES if c[2]["family"] == "grouped"} == {"direct", "atomic", "two_stage"}

@@ -349,7 +349,7 @@ def sweep(
                 specs += _smoke(arch, dtype, modes, reductions, tiles)
             else:
                 specs += _pruned(preset, arch, dtype, modes, reductions, tiles)
-            specs += dwconv_specs(preset, arch, dtype, tiles)
+            specs += dwconv_specs(preset, arch, dtype, tiles) + grouped_specs(preset, arch, dtype, tiles)
         for dw in sorted({s.dw_dtype for s in specs if _needs_stage2(s)}):
             specs.append(stage2_spec(dw))
         items.update(SweepItem(arch, s) for s in specs)
@@ -363,7 +363,7 @@ def counts(items) -> Counter:
 
 def format_counts(items, title: str = "") -> str:
     c = counts(items)
-    families = ("wgrad", "wgrad_sk", "stage2", "dwconv")
+    families = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped")
     rows = [("arch", "dtype", *families, "total")]
     for arch, dtype in sorted({(a, d) for a, d, _ in c}, key=lambda ad: (list(ARCHES).index(ad[0]), ad[1])):
         n = [c[(arch, dtype, f)] for f in families]
@@ -421,4 +421,40 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W), DWCONV_CONFIGS.items()):
         for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
             out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
+    return out
+
+
+# -- packed-group family (``grouped``) ----------------------------------------------------------
+# (GB groups per tile, BM): GB * K = BM for K = 4, 8, 16 per group at BM 32 and 64; BN = BK = 64,
+# 4 warps. Vector widths (W, W) (GB * C and GB * K are multiples of 8 for these K) and (1, 1)
+# on the 2-D two-stage kernels. ``--tiles`` names the dense tiles, so with it none is added.
+GROUPED_CONFIGS = ((2, 32), (4, 32), (8, 32), (4, 64), (8, 64), (16, 64))
+GROUPED_SMOKE = (4, 32)
+
+
+def _grouped_spec(variant, dtype, dw, prec, gb, bm, arch, *, dims=2, vec=1):
+    return KernelSpec(
+        "grouped", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec, bm=bm, bn=64, bk=64, block=gb,
+        num_warps=4, num_stages=ARCHES[arch].default_stages, precision=prec,
+    )  # fmt: skip
+
+
+def grouped_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The grouped kernels of a preset for one arch and dtype."""
+    if tiles:
+        return []
+    W = widest_vec(dtype)
+    if preset == "smoke":
+        gb, bm = GROUPED_SMOKE
+        prec = precisions(dtype, arch, "smoke")[0]
+        return [
+            _grouped_spec("two_stage", dtype, dtype, prec, gb, bm, arch, vec=W),
+            _grouped_spec("atomic", dtype, "fp32", prec, gb, bm, arch, dims=3, vec=1),
+        ]
+    out = []
+    for prec, dw, dims, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), (2, 3), GROUPED_CONFIGS):
+        for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
+            out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=W))
+            if dims == 2 and variant == "two_stage":
+                out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=1))
     return out
