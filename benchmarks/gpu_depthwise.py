@@ -1,5 +1,6 @@
-"""Depthwise wgrad (``dwconv`` family) on an NVIDIA GPU: numerics vs float64, device time of each
-candidate config, cuDNN's own weight gradient in the same run, and % of the memory roofline.
+"""Depthwise and small-group wgrad (``dwconv`` and ``grouped`` families) on an NVIDIA GPU: numerics
+vs float64, device time of each candidate config, cuDNN's own weight gradient in the same run, and
+% of the memory roofline.
 
 Two steps, so the GPU machine never compiles:
   here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels
@@ -19,7 +20,8 @@ only) on channels-last tensors, with ``cudnn.benchmark`` off and on. Roofline: b
 (input dtype) + dW (dW dtype) over 4.3 TB/s; the H200's 50 MB L2 keeps part of the inputs of the
 smaller rows across repeated launches, for both sides alike, so % can pass 100.
 
-``auto`` in the table is the rule proposed for ``skwgrad.launcher.select`` (see ``auto_choice``).
+``auto`` in the table is the rule proposed for ``skwgrad.launcher.select`` (``auto_choice`` for
+depthwise, ``auto_grouped`` for few channels per group).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from skwgrad.abi.conv import DTYPE_BYTES, parse_problem  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
+from skwgrad.errors import AbiError, ProblemError  # noqa: E402
 
 HBM_BYTES_PER_S = 4.3e12
 WIDEST = {"fp16": 8, "bf16": 8, "fp32": 4}
@@ -64,6 +67,18 @@ SHAPES = [
     ("dw3x3_partial_200ch_28", "n=32,c=200,k=200,g=200,h=28,w=28,y=3,x=3,padding=1"),  # 200 = 3*64 + 8
     ("dw3x3_vec4_100ch_28", "n=32,c=100,k=100,g=100,h=28,w=28,y=3,x=3,padding=1"),  # G % 8 != 0
     ("dw3x3_vec1_75ch_28", "n=32,c=75,k=75,g=75,h=28,w=28,y=3,x=3,padding=1"),  # odd G: scalar loads
+    # grouped (``grouped`` family: GB groups per MMA tile, block-diagonal)
+    ("resnext_g32_256ch_28", "n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1"),  # 8 per group
+    ("resnext_g32_512ch_14", "n=32,c=512,k=512,g=32,h=14,w=14,y=3,x=3,padding=1"),  # 16 per group
+    ("grouped_g64_256ch_28", "n=32,c=256,k=256,g=64,h=28,w=28,y=3,x=3,padding=1"),  # 4 per group
+    ("grouped_g8_128ch_28", "n=32,c=128,k=128,g=8,h=28,w=28,y=3,x=3,padding=1"),  # 16 per group
+    ("grouped_g4_64ch_56", "n=32,c=64,k=64,g=4,h=56,w=56,y=3,x=3,padding=1"),  # 16 per group
+    ("grouped_g2_32ch_56", "n=32,c=32,k=32,g=2,h=56,w=56,y=3,x=3,padding=1"),  # 16 per group
+    ("resnext_g32_256ch_28_fp16_s2", "n=32,c=256,k=256,g=32,h=56,w=56,y=3,x=3,stride=2,padding=1,dtype=fp16"),
+]
+GROUPED_TUNE = [  # (GB, (BM, BN, BK, warps, stages))
+    (gb, t) for gb in (2, 4, 8, 16)
+    for t in ((32, 64, 64, 4, 3), (64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (32, 128, 64, 4, 3))
 ]
 
 
@@ -101,6 +116,13 @@ def build_specs() -> list[KernelSpec]:
         if dt == "bf16":  # the intermediate width for G % 8 == 4
             for cfg in [(64, 4, 4), *TUNE[16][:3]]:
                 out.add(_spec("two_stage", dt, dt, 16, cfg, vec=4))
+    from skwgrad.aot.sweep import grouped_specs
+
+    for dt in ("bf16", "fp16"):
+        out.update(s for s in grouped_specs("default", "sm_90", dt) if s.spatial_dims == 2 and s.variant != "atomic" and s.vec_c > 1 and s.dw_dtype == dt)
+        tune = GROUPED_TUNE if dt == "bf16" else [x for x in GROUPED_TUNE if x[0] in (4, 8) and x[1][1] == 64]
+        for gb, (bm, bn, bk, w, st) in tune:
+            out.add(KernelSpec("grouped", "two_stage", dt, dt, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, block=gb, num_warps=w, num_stages=st))
     for dt in ("bf16", "fp16", "fp32"):
         out.add(KernelSpec("stage2", "reduce", dt, dt, block=STAGE2_BLOCK, num_warps=4))
     return sorted(out)
@@ -128,17 +150,21 @@ def cmd_build(a):
 # run (GPU)
 # ---------------------------------------------------------------------------------------------
 def dw_reference(torch, p, x, dy):
-    """float64 dW (``G 1 Z Y X 1``) on the GPU: one strided window of padded x per tap."""
-    xd = x.double().view(p.n, p.di, p.hi, p.wi, p.g)
-    dyd = dy.double().view(p.n, p.do, p.ho, p.wo, p.g)
+    """float64 dW (``G K Z Y X C``) on the GPU: per tap, one strided window of padded x and a
+    contraction over the rows (exact; depthwise is the case C = K = 1)."""
+    xd = x.double().view(p.n, p.di, p.hi, p.wi, p.g, p.c)
+    dyd = dy.double().view(p.n, p.do, p.ho, p.wo, p.g, p.k)
     (pld, plh, plw), (phd, phh, phw) = p.pad_lo, p.pad_hi
-    xp = torch.nn.functional.pad(xd, (0, 0, plw, phw, plh, phh, pld, phd))
+    xp = torch.nn.functional.pad(xd, (0, 0, 0, 0, plw, phw, plh, phh, pld, phd))
     (sd, sh, sw), (dd, dh, dl) = p.stride, p.dilation
-    out = torch.empty(p.g, p.z, p.y, p.x, dtype=torch.float64, device=x.device)
+    out = torch.empty(p.g, p.k, p.z, p.y, p.x, p.c, dtype=torch.float64, device=x.device)
     for kz, ky, kx in itertools.product(range(p.z), range(p.y), range(p.x)):
         d0, h0, w0 = kz * dd, ky * dh, kx * dl
-        win = xp[:, d0 : d0 + (p.do - 1) * sd + 1 : sd, h0 : h0 + (p.ho - 1) * sh + 1 : sh, w0 : w0 + (p.wo - 1) * sw + 1 : sw, :]
-        out[:, kz, ky, kx] = (win * dyd).sum(dim=(0, 1, 2, 3))
+        win = xp[:, d0 : d0 + (p.do - 1) * sd + 1 : sd, h0 : h0 + (p.ho - 1) * sh + 1 : sh, w0 : w0 + (p.wo - 1) * sw + 1 : sw]
+        if p.c == p.k == 1:
+            out[:, 0, kz, ky, kx, 0] = (win[..., 0] * dyd[..., 0]).sum(dim=(0, 1, 2, 3))
+        else:
+            out[:, :, kz, ky, kx, :] = torch.einsum("ndhwgk,ndhwgc->gkc", dyd, win)
     return out.reshape(p.dw_shape)
 
 
@@ -199,6 +225,68 @@ def auto_choice(p, specs, sms):
     return None
 
 
+def auto_grouped(p, specs, sms):
+    """The rule proposed for ``select`` on a grouped problem with few channels per group: among
+    ``sweep.GROUPED_CONFIGS`` the (GB, BM) with G % GB == 0 and GB*K <= BM that fills BM best
+    (ties: the smaller GB, less MMA work off the diagonal); none (K > 16): the dense kernels.
+    ks_count = ``grouped_ks_count`` (2 CTAs per SM over the packed tiles); ``direct`` at 1, else
+    ``two_stage``."""
+    from skwgrad.abi.launch import grouped_ks_count
+    from skwgrad.aot.sweep import GROUPED_CONFIGS
+
+    fits = [(gb * p.k / bm, -gb, gb, bm) for gb, bm in GROUPED_CONFIGS if p.g % gb == 0 and gb * p.k <= bm]
+    if not fits:
+        return None
+    _, _, gb, bm = max(fits)
+    ks = grouped_ks_count(p, gb=gb, bm=bm, bn=64, bk=64, compute_units=sms)
+    variant = "direct" if ks == 1 else "two_stage"
+    for vec in (8, 4, 2, 1):
+        if vec > WIDEST[p.dtype]:
+            continue
+        want = KernelSpec("grouped", variant, p.dtype, p.dw_dtype, spatial_dims=p.spatial_dims, vec_c=vec, vec_k=vec,
+                          bm=bm, bn=64, bk=64, block=gb, num_warps=4, num_stages=3, precision=p.precision)  # fmt: skip
+        if want in specs:
+            try:
+                want.check_problem(p)
+            except Exception:  # noqa: BLE001
+                continue
+            return want, ks
+    return None
+
+
+def candidates(p, specs, sms):
+    """(spec, ks_count) pairs to time for problem p, and the auto choice."""
+    from skwgrad.abi.launch import grouped_ks_count
+
+    adm = []
+    for s in specs:
+        if s.family not in ("dwconv", "grouped") or s.variant == "direct":
+            continue  # direct (ks_count = 1) is reached through `auto` where the rule says so
+        try:
+            s.check_problem(p)
+        except Exception:  # noqa: BLE001
+            continue
+        adm.append(s)
+    jobs = []
+    if p.is_depthwise or (p.c, p.k) == (1, 1):
+        adm = [s for s in adm if s.family == "dwconv"]
+        if adm:
+            vmax = max(s.vec_c for s in adm)
+            tmin = min(s.bn for s in adm)
+            adm = [s for s in adm if s.vec_c == vmax and s.bn == tmin]
+        for s in adm:
+            for k in sorted({dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c) for c in CTAS_PER_CU_OPTIONS}):
+                jobs.append((s, k))
+        auto = auto_choice(p, specs, sms)
+    else:
+        adm = [s for s in adm if s.family == "grouped" and s.block * p.k <= 2 * s.bm]
+        for s in adm:
+            for c in (1, 2, 4):
+                jobs.append((s, grouped_ks_count(p, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=sms, ctas_per_cu=c)))
+        auto = auto_grouped(p, specs, sms)
+    return sorted(set(jobs)), auto
+
+
 def cmd_run(a):
     import torch
 
@@ -208,13 +296,14 @@ def cmd_run(a):
     t_start = time.time()
     rt = Runtime(a.kernels)
     sms = rt.sms
-    specs = [s for s in rt.kernels if s.family == "dwconv"]
+    specs = [s for s in rt.kernels if s.family in ("dwconv", "grouped")]
     dev = torch.cuda.get_device_name(0)
-    print(f"{dev}: {sms} SMs, {len(specs)} dwconv kernels", flush=True)
+    print(f"{dev}: {sms} SMs, {len(specs)} dwconv/grouped kernels", flush=True)
 
     # -- the reference itself, on a small asymmetric, strided, dilated shape --------------------
     for text in ["n=2,c=6,k=6,g=6,h=9,w=8,y=3,x=2,stride=2,pad_lo=1x0,pad_hi=0x1,dilation=2x1,dtype=fp32",
-                 "n=2,c=4,k=4,g=4,d=4,h=5,w=5,z=3,y=3,x=3,padding=1,dtype=fp32"]:  # fmt: skip
+                 "n=2,c=4,k=4,g=4,d=4,h=5,w=5,z=3,y=3,x=3,padding=1,dtype=fp32",
+                 "n=2,c=12,k=24,g=4,h=7,w=6,y=3,x=2,stride=2,padding=1,dilation=1x2,dtype=fp32"]:  # fmt: skip
         p = parse_problem(text)
         x, dy = make_inputs(rt, p, seed=5)
         got = dw_reference(torch, p, x, dy).cpu().numpy()
@@ -253,30 +342,17 @@ def cmd_run(a):
         torch.backends.cudnn.benchmark = False
         torch_us = min(row["torch_us_benchmark_off"], row["torch_us_benchmark_on"])
         row["torch_us"] = torch_us
-        # candidates: the row's dtypes/dims, the widest admitted vector, the smallest taps class
-        adm = []
-        for s in specs:
-            if s.variant == "direct":
-                continue  # ks_count = 1 only: reached through `auto` where the rule says so
-            try:
-                s.check_problem(p)
-            except Exception:  # noqa: BLE001
-                continue
-            adm.append(s)
-        if adm:
-            vmax = max(s.vec_c for s in adm)
-            tmin = min(s.bn for s in adm)
-            adm = [s for s in adm if s.vec_c == vmax and s.bn == tmin]
-        auto = auto_choice(p, set(specs), sms)
-        jobs = []
-        for s in adm:
-            for k in sorted({dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c) for c in CTAS_PER_CU_OPTIONS}):
-                jobs.append((s, k, False))
+        cands, auto = candidates(p, set(specs), sms)
+        jobs = [(sp, k, False) for sp, k in cands]
         if auto:
             jobs.append((auto[0], auto[1], True))
         best = None
         for s, ks, is_auto in jobs:
-            L = Launch(rt, s, p, x, dy, ks_count=ks)
+            try:
+                L = Launch(rt, s, p, x, dy, ks_count=ks)
+            except (ProblemError, AbiError) as e:  # e.g. replicas past 32-bit offsets
+                print(f"skip {name} {s.label} ks={ks}: {e}", flush=True)
+                continue
             L.poison()
             L.run()
             torch.cuda.synchronize()
