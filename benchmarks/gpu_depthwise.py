@@ -99,11 +99,12 @@ TUNE = {  # taps class -> extra (BC, BR, warps) beside the default sweep's DWCON
 
 
 def build_specs() -> list[KernelSpec]:
-    from skwgrad.aot.sweep import dwconv_specs
+    """The tuning candidates below, plus what the proposed ``auto`` picks for each row out of the
+    default sweep (so the auto rows time the very kernels a default cache would hold)."""
+    from skwgrad.aot.sweep import dwconv_specs, grouped_specs
 
     out = set()
     for dt in ("bf16", "fp16", "fp32"):
-        out.update(dwconv_specs("default", "sm_90", dt))  # what `auto` would find in a default cache
         W = WIDEST[dt]
         for taps, cfgs in TUNE.items():
             if dt != "bf16":
@@ -111,18 +112,30 @@ def build_specs() -> list[KernelSpec]:
             for cfg in cfgs:
                 out.add(_spec("two_stage", dt, dt, taps, cfg, vec=W))
                 out.add(_spec("atomic", dt, "fp32", taps, cfg, vec=W))
+                if dt != "fp32":
+                    out.add(_spec("workspace", dt, dt, taps, cfg, vec=W))
                 if dt == "bf16" and taps == 32:
                     out.add(_spec("two_stage", dt, dt, taps, cfg, vec=W, dims=3))
+                    out.add(_spec("workspace", dt, dt, taps, cfg, vec=W, dims=3))
         if dt == "bf16":  # the intermediate width for G % 8 == 4
-            for cfg in [(64, 4, 4), *TUNE[16][:3]]:
+            for cfg in TUNE[16][:3]:
                 out.add(_spec("two_stage", dt, dt, 16, cfg, vec=4))
-    from skwgrad.aot.sweep import grouped_specs
-
+                out.add(_spec("workspace", dt, dt, 16, cfg, vec=4))
     for dt in ("bf16", "fp16"):
-        out.update(s for s in grouped_specs("default", "sm_90", dt) if s.spatial_dims == 2 and s.variant != "atomic" and s.vec_c > 1 and s.dw_dtype == dt)
         tune = GROUPED_TUNE if dt == "bf16" else [x for x in GROUPED_TUNE if x[0] in (4, 8) and x[1][1] == 64]
         for gb, (bm, bn, bk, w, st) in tune:
             out.add(KernelSpec("grouped", "two_stage", dt, dt, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, block=gb, num_warps=w, num_stages=st))
+    default = set()
+    for dt in ("bf16", "fp16", "fp32"):
+        default.update(dwconv_specs("default", "sm_90", dt))
+        default.update(grouped_specs("default", "sm_90", dt))
+    for _, text in SHAPES:
+        p = parse_problem(text)
+        if (p.c, p.k) == (1, 1):
+            picks = [auto_choice(p, default, 132), auto_choice(p, default, 132, deterministic=True)]
+        else:
+            picks = [auto_grouped(p, default, 132)]
+        out.update(pick[0] for pick in picks if pick)
     for dt in ("bf16", "fp16", "fp32"):
         out.add(KernelSpec("stage2", "reduce", dt, dt, block=STAGE2_BLOCK, num_warps=4))
     return sorted(out)
@@ -203,13 +216,14 @@ def taps_class(taps: int, classes) -> int | None:
     return min(fit) if fit else None
 
 
-def auto_choice(p, specs, sms):
+def auto_choice(p, specs, sms, deterministic=False):
     """The rule proposed for ``select`` (``auto`` on a depthwise problem, C = K = 1 per group):
     family dwconv; the smallest taps class >= Z*Y*X; the default sweep's (BC, BR, warps) for that
     class (``sweep.DWCONV_CONFIGS``); dims and dtypes of the problem; the widest cached channel
     vector dividing G; ks_count = ``dwconv_ks_count(problem, bc, br, sms)``; variant ``direct``
-    when ks_count == 1, else ``two_stage`` (deterministic; its Stage-2 is tiny: G*taps*ks floats),
-    or ``atomic`` where the caller asks for that reduction (fp32 dW)."""
+    when ks_count == 1, else ``workspace`` (dW in the input dtype) or ``atomic`` (fp32 dW), and
+    ``two_stage`` where the caller asks for a deterministic result (its Stage-2 loops over
+    ks_count replicas, one dependent load each: slow when ks_count is in the hundreds)."""
     from skwgrad.aot.sweep import DWCONV_CONFIGS  # plain Python: no Triton on the GPU side
 
     cls = taps_class(p.z * p.y * p.x, sorted(DWCONV_CONFIGS))
@@ -217,7 +231,7 @@ def auto_choice(p, specs, sms):
         return None
     bc, br, warps = DWCONV_CONFIGS[cls]
     ks = dwconv_ks_count(p, bc=bc, br=br, compute_units=sms)
-    variant = "direct" if ks == 1 else "two_stage"
+    variant = "direct" if ks == 1 else (deterministic and "two_stage") or ("atomic" if p.dw_dtype == "fp32" else "workspace")
     for vec in (8, 4, 2, 1):
         want = _spec(variant, p.dtype, p.dw_dtype, cls, (bc, br, warps), vec=vec, dims=p.spatial_dims) if vec <= WIDEST[p.dtype] else None
         if want in specs and p.g % vec == 0:
@@ -278,6 +292,9 @@ def candidates(p, specs, sms):
             for k in sorted({dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c) for c in CTAS_PER_CU_OPTIONS}):
                 jobs.append((s, k))
         auto = auto_choice(p, specs, sms)
+        det = auto_choice(p, specs, sms, deterministic=True)
+        if det and auto and det != auto:
+            jobs.append(det)
     else:
         adm = [s for s in adm if s.family == "grouped" and s.block * p.k <= 2 * s.bm]
         for s in adm:
@@ -346,7 +363,7 @@ def cmd_run(a):
         jobs = [(sp, k, False) for sp, k in cands]
         if auto:
             jobs.append((auto[0], auto[1], True))
-        best = None
+        best, by_variant = None, {}
         for s, ks, is_auto in jobs:
             try:
                 L = Launch(rt, s, p, x, dy, ks_count=ks)
@@ -365,16 +382,22 @@ def cmd_run(a):
             failures += not ok
             if not ok:
                 print(f"BAD {name} {s.label} ks={ks} err={err:.2e} tol={tol:.0e}", flush=True)
-            elif best is None or us < best["us"]:
-                best = c
+            else:
+                if best is None or us < best["us"]:
+                    best = c
+                v = by_variant.get(s.variant)
+                if v is None or us < v["us"]:
+                    by_variant[s.variant] = c
             if is_auto:
                 row["auto"] = c
             del L
         row["best"] = best
+        row["best_by_variant"] = by_variant
         rows.append(row)
         fmt = lambda c: f"{c['us']:8.1f} us {row['roofline_us'] / c['us'] * 100:5.0f}% {torch_us / c['us']:5.2f}x {c['label']} ks={c['ks_count']}" if c else "      -"  # noqa: E731
         print(f"{name:<32} torch {row['torch_us_benchmark_off']:8.1f}/{row['torch_us_benchmark_on']:8.1f} us "
               f"roof {row['roofline_us']:6.1f} us | best {fmt(best)} | auto {fmt(row.get('auto'))}", flush=True)  # fmt: skip
+        print("    best per variant: " + ", ".join(f"{v} {c['us']:.1f} us ({c['label']} ks={c['ks_count']})" for v, c in sorted(by_variant.items())), flush=True)
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(_doc(dev, sms, rows, failures, a), indent=1))
 

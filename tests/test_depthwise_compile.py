@@ -139,11 +139,11 @@ def test_grouped_rules_and_geometry():
 
 def test_smoke_holds_every_variant_3d_and_vec1():
     ss = dwconv_specs("smoke", "gfx942", "bf16")
-    assert {s.variant for s in ss} == {"direct", "atomic", "two_stage"}
+    assert {s.variant for s in ss} == {"workspace", "atomic", "two_stage"}
     assert any(s.spatial_dims == 3 for s in ss) and any(s.vec_c == 1 for s in ss)
     dflt = dwconv_specs("default", "sm_90", "bf16")
     assert {s.bn for s in dflt} == {16, 32, 64} and {s.vec_c for s in dflt} == {1, 8}
-    assert {(s.variant, s.dw_dtype) for s in dflt} == {("direct", "bf16"), ("two_stage", "bf16"),
+    assert {(s.variant, s.dw_dtype) for s in dflt} == {("direct", "bf16"), ("two_stage", "bf16"), ("workspace", "bf16"),
                                                        ("direct", "fp32"), ("atomic", "fp32"), ("two_stage", "fp32")}  # fmt: skip
     assert dwconv_specs("default", "sm_90", "bf16", tiles=("64x64x64",)) == []
 
@@ -208,6 +208,11 @@ def test_geometry_grid_splits_and_workspace():
     assert geo.workspace.total_bytes >= 4 * p.dw_numel * geo.ks_count == 4 * 144 * 9 * geo.ks_count
     assert geo.scalars["ws_bytes"] == geo.workspace.total_bytes and geo.scalars["ks_count"] == geo.ks_count
     declaration("dwconv", "two_stage").pack({"dy": 16, "x": 32, "dw": 48, "ws_ptr": 64, **geo.scalars})
+    wsg = dwconv_geometry(p, "workspace", bc=64, taps=16, br=8, ks_count=100)
+    assert wsg.workspace.replicas == 1 and wsg.workspace.zero_ranges == ((0, 4 * p.dw_numel),)
+    assert wsg.stage2_scalars == {"numel": p.dw_numel, "replicas": 1} and wsg.scalars["ws_bytes"] == wsg.workspace.total_bytes
+    with pytest.raises(AbiError, match="workspace epilogue"):
+        dws("workspace", "bf16", "fp32")
     at = dwconv_geometry(p, "atomic", bc=64, taps=16, br=8, ks_count=7)
     assert at.workspace.zero_dw and not at.workspace.needs_stage2 and "ws_bytes" not in at.scalars
     one = dwconv_geometry(p, "direct", bc=64, taps=16, br=8, ks_count=1)

@@ -4,8 +4,8 @@ never writes, or a split whose replica is never stored, shows up as NaN and fail
 
 Shapes are tiny (the interpreter is slow) but reach every path: 3x3 / 5x5 / 7x7 / 3-D filters,
 stride 2, dilation 2, asymmetric padding, channel blocks past G (partial), channel vectors of
-1, 2, 4 and 8, row steps that carry into n every step, and the three epilogues (direct, atomic into
-fp32 dW, two-stage into f32 replicas + Stage-2) at fp16, bf16 and fp32 with dW in the input dtype
+1, 2, 4 and 8, row steps that carry into n every step, and the four epilogues (direct, atomic into
+fp32 dW, two-stage into f32 replicas + Stage-2, workspace: atomics into one f32 replica + Stage-2) at fp16, bf16 and fp32 with dW in the input dtype
 and in fp32. Also the packed-group family (``grouped``: GB groups block-diagonal in one MMA tile)
 on g = 2, 4, 8 shapes, 2-D and 3-D, every epilogue. Runs through tests/_interp_runner.py, the
 runner of the dense families.
@@ -46,6 +46,7 @@ CASES = [
     ("3x3_fp16_two_stage_partial_block", dw(24, "h=7,w=6,y=3,x=3,padding=1,dtype=fp16"), spec("two_stage"), 3),
     ("3x3_bf16_two_stage", dw(24, "h=7,w=6,y=3,x=3,padding=1,dtype=bf16"), spec("two_stage", "bf16"), 4),
     ("3x3_bf16_direct", dw(16, "h=6,w=7,y=3,x=3,padding=1,dtype=bf16"), spec("direct", "bf16"), 1),
+    ("3x3_s2_fp16_workspace_partial_block", dw(40, "h=9,w=7,y=3,x=3,stride=2,padding=1,dtype=fp16"), spec("workspace", bc=32), 5),
     ("5x5_s2_fp32_atomic", dw(12, "h=9,w=10,y=5,x=5,stride=2,padding=2,dtype=fp32,dw_dtype=fp32"),
      spec("atomic", "fp32", vec=4, bc=8, taps=32), 3),
     ("3x3_dil2_fp16_dwfp32_two_stage_vec1", dw(5, "h=8,w=8,y=3,x=3,padding=2,dilation=2,dtype=fp16,dw_dtype=fp32"),
@@ -99,10 +100,11 @@ def test_cases_cover_what_they_claim(results):
             geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks)
         assert r["ks_count"] == geo.ks_count == ks, cid  # the split count asked for is the one run
     # partial channel blocks: G is not a multiple of BC
-    for cid in ("3x3_fp16_two_stage_partial_block", "5x5_s2_fp32_atomic", "3x3_dil2_fp16_dwfp32_two_stage_vec1"):
+    for cid in ("3x3_fp16_two_stage_partial_block", "5x5_s2_fp32_atomic", "3x3_dil2_fp16_dwfp32_two_stage_vec1",
+                "3x3_s2_fp16_workspace_partial_block"):
         _, problem, sp, _ = by_id[cid]
         assert parse_problem(problem).g % sp["bm"], cid
     assert {c[2]["dtype"] for c in CASES} == {"fp16", "bf16", "fp32"}
-    assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage"}
+    assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace"}
     assert {c[2]["vec_c"] for c in CASES if c[2]["family"] == "dwconv"} == {1, 2, 4, 8}
     assert {c[2]["variant"] for c in CASES if c[2]["family"] == "grouped"} == {"direct", "atomic", "two_stage"}

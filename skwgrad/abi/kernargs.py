@@ -247,10 +247,14 @@ class Packer:
 # Split-K with the wgrad epilogues, so the wgrad prefix as it is: the real problem's scalars,
 # ws_ptr/ws_bytes live for two_stage only, ks_iters (dwconv: steps of BR rows; grouped: BK slices)
 # and ks_count. Nothing is appended.
-DWCONV_VARIANTS = ("direct", "atomic", "two_stage")
+# dwconv also has ``workspace``: atomics into one f32 replica (zeroed per launch), then the Stage-2
+# reduce over that one replica: a split-K degree in the hundreds costs no long Stage-2 loop.
+DWCONV_VARIANTS = ("direct", "atomic", "two_stage", "workspace")
+GROUPED_VARIANTS = ("direct", "atomic", "two_stage")
 
 
 def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
-    if variant not in DWCONV_VARIANTS:
-        raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(DWCONV_VARIANTS)}")
-    return _prefix(workspace=variant == "two_stage")
+    allowed = DWCONV_VARIANTS if family == "dwconv" else GROUPED_VARIANTS
+    if variant not in allowed:
+        raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(allowed)}")
+    return _prefix(workspace=variant in ("two_stage", "workspace"))

@@ -162,15 +162,17 @@ def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, b
     grid = tiling.num_tiles * ks_count
     if grid > kernargs.I32_MAX:
         raise ProblemError(f"grid of {grid} CTAs is too large")
-    ws = dataclasses.replace(
-        workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count), family="dwconv"
-    )
+    if variant == "workspace":  # one f32 replica zeroed per launch: the stream-K workspace layout
+        ws = workspace_layout("wgrad_sk", "workspace", dw_numel=problem.dw_numel)
+    else:
+        ws = workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count)
+    ws = dataclasses.replace(ws, family="dwconv")
     if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
         raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
     scalars = dict(kernargs.problem_scalars(problem))
     scalars["ks_iters"] = ks_iters
     scalars["ks_count"] = ks_count
-    if variant == "two_stage":
+    if variant in ("two_stage", "workspace"):
         if ws.total_bytes > kernargs.I32_MAX:
             raise ProblemError(f"workspace of {ws.total_bytes} bytes does not fit the i32 ws_bytes kernarg")
         scalars["ws_bytes"] = ws.total_bytes

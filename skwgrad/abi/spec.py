@@ -188,7 +188,7 @@ class KernelSpec:
     # -- depthwise family (``dwconv``) ----------------------------------------------------------
     # Its fields: bm = BC (channels per CTA), bn = TAPS_P2 (filter taps the kernel holds, a power
     # of two >= Z*Y*X), bk = BR (output rows per step), vec_c = vec_k = the channel vector width
-    # (G % vec == 0). Variants are the split-K epilogues direct / atomic / two_stage.
+    # (G % vec == 0). Variants: the split-K epilogues direct / atomic / two_stage, and workspace.
     def _validate_dwconv(self, bad):
         if self.block or self.mode or self.pointwise:
             raise bad("dwconv kernels have no block size, stream-K mode or pointwise addressing")
@@ -198,6 +198,8 @@ class KernelSpec:
             raise bad("spatial_dims is 2 or 3")
         if self.variant == "atomic" and self.dw_dtype != "fp32":
             raise bad("the atomic epilogue accumulates into dW, which must be fp32")
+        if self.variant == "workspace" and self.dw_dtype == "fp32":
+            raise bad("the workspace epilogue is for a dW in the input dtype (fp32 dW: use atomic)")
         widest = 16 // DTYPE_BYTES[self.dtype]
         v = self.vec_c
         if v <= 0 or v & (v - 1) or v > widest or self.vec_k != v:

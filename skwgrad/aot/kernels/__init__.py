@@ -15,7 +15,7 @@ _KERNELS = {
     **{("wgrad_sk", v): wgrad.wgrad_streamk_fixup for v in ("linear", "tree")},
     **{("wgrad_sk", v): wgrad.wgrad_streamk for v in ("atomic", "workspace")},
     ("stage2", "reduce"): stage2.stage2_reduce,
-    **{("dwconv", v): depthwise.dwconv_wgrad for v in ("direct", "atomic", "two_stage")},
+    **{("dwconv", v): depthwise.dwconv_wgrad for v in ("direct", "atomic", "two_stage", "workspace")},
     **{("grouped", v): grouped.grouped_wgrad for v in ("direct", "atomic", "two_stage")},
 }
 

@@ -20,7 +20,9 @@ steps (of BR rows); grid = ceil(G / BC) * ks_count, split-major (the CTAs of one
 neighbouring channels of the same rows, so they meet in L2). Epilogues, as in ``wgrad``:
 ``direct`` (ks_count = 1, store in the dW dtype), ``atomic`` (fp32 dW, zeroed by the launcher),
 ``two_stage`` (split s stores its whole f32 replica s of dW, zeros included; the Stage-2 reduce
-sums replicas in split order: deterministic).
+sums replicas in split order: deterministic), ``workspace`` (atomics into one f32 replica,
+zeroed by the launcher, then the Stage-2 reduce over that one replica casts it: not
+deterministic, but the Stage-2 loop is one replica long where two_stage's is ks_count long).
 
 Addressing follows ``wgrad``: a row's x offset and a tap's offset add; each spatial bounds check
 is one unsigned compare of ``row_base + tap`` (a negative index wraps to a huge one); rows past
@@ -130,6 +132,8 @@ def dwconv_wgrad(
         tl.store(dw + dw_off, acc.to(dw.dtype.element_ty), mask=dw_mask)
     elif VARIANT == "atomic":
         tl.atomic_add(dw + dw_off, acc, mask=dw_mask, sem="relaxed")
+    elif VARIANT == "workspace":  # one f32 replica, zeroed by the launcher; Stage-2 casts it
+        tl.atomic_add(ws_ptr + dw_off, acc, mask=dw_mask, sem="relaxed")
     else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
         tl.store(ws_ptr + split * (G * TAPS) + dw_off, acc, mask=dw_mask)
 
