@@ -76,6 +76,9 @@ SHAPES = [
     ("grouped_g2_32ch_56", "n=32,c=32,k=32,g=2,h=56,w=56,y=3,x=3,padding=1"),  # 16 per group
     ("resnext_g32_256ch_28_fp16_s2", "n=32,c=256,k=256,g=32,h=56,w=56,y=3,x=3,stride=2,padding=1,dtype=fp16"),
 ]
+# depthwise through the MMA: GB channels per packed tile, block-diagonal (GB * 1 = BM)
+DW_GROUPED_TUNE = [(16, (16, 64, 64, 4, 3)), (16, (16, 128, 64, 4, 3)), (16, (16, 64, 128, 4, 3)), (32, (32, 64, 64, 4, 3)),
+                   (8, (16, 64, 64, 4, 3))]
 GROUPED_TUNE = [  # (GB, (BM, BN, BK, warps, stages))
     (gb, t) for gb in (2, 4, 8, 16)
     for t in ((32, 64, 64, 4, 3), (64, 64, 64, 4, 3), (64, 128, 64, 4, 3), (32, 128, 64, 4, 3))
@@ -125,6 +128,12 @@ def build_specs() -> list[KernelSpec]:
         tune = GROUPED_TUNE if dt == "bf16" else [x for x in GROUPED_TUNE if x[0] in (4, 8) and x[1][1] == 64]
         for gb, (bm, bn, bk, w, st) in tune:
             out.add(KernelSpec("grouped", "two_stage", dt, dt, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, block=gb, num_warps=w, num_stages=st))
+    for dt, dw, dims, variant in [("bf16", "bf16", 2, "two_stage"), ("fp16", "fp16", 2, "two_stage"),
+                                  ("bf16", "fp32", 2, "atomic"), ("bf16", "bf16", 3, "two_stage")]:  # fmt: skip
+        tune = DW_GROUPED_TUNE if (dt, dw, dims) == ("bf16", "bf16", 2) else DW_GROUPED_TUNE[:1] + DW_GROUPED_TUNE[3:4]
+        for gb, (bm, bn, bk, w, st) in tune:
+            out.add(KernelSpec("grouped", variant, dt, dw, spatial_dims=dims, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, block=gb,
+                               num_warps=w, num_stages=st))  # fmt: skip
     default = set()
     for dt in ("bf16", "fp16", "fp32"):
         default.update(dwconv_specs("default", "sm_90", dt))
@@ -295,6 +304,16 @@ def candidates(p, specs, sms):
         det = auto_choice(p, specs, sms, deterministic=True)
         if det and auto and det != auto:
             jobs.append(det)
+        # the packed-group MMA kernel on depthwise (GB channels block-diagonal per tile)
+        for s in specs:
+            if s.family != "grouped" or s.variant == "direct" or s.block > s.bm:
+                continue
+            try:
+                s.check_problem(p)
+            except Exception:  # noqa: BLE001
+                continue
+            for c in (1, 2, 4):
+                jobs.append((s, grouped_ks_count(p, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=sms, ctas_per_cu=c)))
     else:
         adm = [s for s in adm if s.family == "grouped" and s.block * p.k <= 2 * s.bm]
         for s in adm:
@@ -443,7 +462,7 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--kernels", required=True)
     r.add_argument("--out", required=True, help="JSON file")
-    r.add_argument("--reps", type=int, default=40)
+    r.add_argument("--reps", type=int, default=25)
     r.add_argument("--only", default="", help="comma-separated substrings of row names")
     r.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after this many seconds")
     a = ap.parse_args()

@@ -10,7 +10,7 @@ the vector units: a CTA owns a block of BC channels and *all* taps, and accumula
 ``acc[TAPS_P2, BC]`` in fp32. One step takes BR consecutive rows: a ``[BR, BC]`` block of dy and
 the matching ``[BR, TAPS_P2, BC]`` gather of x, each a channel vector per (row, tap) (16-byte
 loads when G is a multiple of the vector width), multiplied with dy broadcast over the taps and
-summed over the rows. Taps past Z*Y*X (TAPS_P2 is a power of two) are masked: they cost issue
+accumulated per row (one FMA per product; the rows are summed once, at the end). Taps past Z*Y*X (TAPS_P2 is a power of two) are masked: they cost issue
 slots but no memory traffic. The default layout Triton picks puts the channels and taps across
 the threads and the BR rows inside each thread, so the row sum needs no cross-thread reduction
 (as long as TAPS_P2 * BC / VEC covers the CTA's threads; else Triton reduces across threads, still exact).
@@ -85,7 +85,9 @@ def dwconv_wgrad(
     sq = sq // Ho
     step_do = sq % Do
     step_nb = sq // Do
-    acc = tl.zeros([TAPS_P2, BC], dtype=tl.float32)
+    # One accumulator per row of the step: the main loop is then one FMA per product (a per-step
+    # sum over the rows would cost a multiply and an add each); the rows are summed once, at the end.
+    acc = tl.zeros([BR, TAPS_P2, BC], dtype=tl.float32)
     for _ in range(step0, step1):
         r_ok = offs_r < ROWS
         r = tl.minimum(offs_r, ROWS - 1)
@@ -111,7 +113,7 @@ def dwconv_wgrad(
         row_off = tl.multiple_of(tl.where(r_ok, row_off, 0) * G, VEC)
         x_off = (row_off[:, None] + tap_off[None, :])[:, :, None] + ch[None, None, :]
         b = tl.load(x + x_off, mask=rt_ok[:, :, None] & c_ok[None, None, :], other=0.0, cache_modifier=X_CACHE)
-        acc += tl.sum(a.to(tl.float32) * b.to(tl.float32), axis=0)
+        acc += a.to(tl.float32) * b.to(tl.float32)
         # next BR rows: one carry per dim (each remainder stays below its dim)
         wo += step_wo
         carry = wo >= Wo
@@ -125,6 +127,7 @@ def dwconv_wgrad(
             do_ = tl.where(carry, do_ - Do, do_)
         nb += step_nb + carry.to(tl.int32)
         offs_r += BR
+    acc = tl.sum(acc, axis=0)
     # -- epilogue: dW[g, t] at g * TAPS + t ------------------------------------------------------
     dw_off = ch[None, :] * TAPS + tl.where(t_ok, t, 0)[:, None]
     dw_mask = t_ok[:, None] & c_ok[None, :]
