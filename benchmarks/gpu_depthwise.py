@@ -88,10 +88,17 @@ GROUPED_TUNE = [  # (GB, (BM, BN, BK, warps, stages))
 # ---------------------------------------------------------------------------------------------
 # build (CPU)
 # ---------------------------------------------------------------------------------------------
-def _spec(variant, dtype, dw, taps, cfg, *, vec, dims=2):
+def _spec(variant, dtype, dw, taps, cfg, *, vec, dims=2, mode=""):
     bc, br, warps = cfg
     return KernelSpec("dwconv", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec, bm=bc, bn=taps, bk=br,
-                      num_warps=warps, num_stages=1, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
+                      num_warps=warps, num_stages=1, mode=mode, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
+
+
+# mode "taps" (every tap of a row inside one thread): (dtype, taps, (BC, BR, warps), vec)
+TAPS_INNER_TUNE = [
+    ("bf16", 16, (16, 32, 4), 8), ("bf16", 16, (32, 16, 4), 4), ("bf16", 32, (16, 16, 4), 8), ("bf16", 64, (16, 8, 4), 8),
+    ("fp16", 16, (16, 32, 4), 8), ("fp16", 32, (16, 16, 4), 8), ("fp32", 16, (32, 16, 4), 4),
+]
 
 
 TUNE = {  # taps class -> extra (BC, BR, warps) beside the default sweep's DWCONV_CONFIGS
@@ -124,6 +131,12 @@ def build_specs() -> list[KernelSpec]:
             for cfg in TUNE[16][:3]:
                 out.add(_spec("two_stage", dt, dt, 16, cfg, vec=4))
                 out.add(_spec("workspace", dt, dt, 16, cfg, vec=4))
+    for dt, taps, cfg, vec in TAPS_INNER_TUNE:
+        if dt == "fp32":
+            out.add(_spec("atomic", dt, "fp32", taps, cfg, vec=vec, mode="taps"))
+        else:
+            out.add(_spec("workspace", dt, dt, taps, cfg, vec=vec, mode="taps"))
+            out.add(_spec("atomic", dt, "fp32", taps, cfg, vec=vec, mode="taps"))
     for dt in ("bf16", "fp16"):
         tune = GROUPED_TUNE if dt == "bf16" else [x for x in GROUPED_TUNE if x[0] in (4, 8) and x[1][1] == 64]
         for gb, (bm, bn, bk, w, st) in tune:
@@ -296,7 +309,7 @@ def candidates(p, specs, sms):
         if adm:
             vmax = max(s.vec_c for s in adm)
             tmin = min(s.bn for s in adm)
-            adm = [s for s in adm if s.vec_c == vmax and s.bn == tmin]
+            adm = [s for s in adm if (s.vec_c == vmax or s.mode == "taps") and s.bn == tmin]
         for s in adm:
             for k in sorted({dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c) for c in CTAS_PER_CU_OPTIONS}):
                 jobs.append((s, k))

@@ -23,9 +23,9 @@ from skwgrad.errors import AbiError, ProblemError
 ARCHES = ("gfx942", "gfx950", "sm_90")
 
 
-def dws(variant="two_stage", dtype="bf16", dw=None, *, vec=8, bc=64, taps=16, br=4, warps=4, sd=2):
+def dws(variant="two_stage", dtype="bf16", dw=None, *, vec=8, bc=64, taps=16, br=4, warps=4, sd=2, mode=""):
     return KernelSpec("dwconv", variant, dtype, dw or dtype, spatial_dims=sd, vec_c=vec, vec_k=vec, bm=bc, bn=taps,
-                      bk=br, num_warps=warps, num_stages=1, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
+                      bk=br, num_warps=warps, num_stages=1, mode=mode, precision="ieee" if dtype == "fp32" else "")  # fmt: skip
 
 
 def specs():
@@ -42,6 +42,7 @@ def dw_specs():
         dws("two_stage", "bf16", taps=64, br=2),  # 7x7
         dws("atomic", "fp32", "fp32", vec=4, taps=32, sd=3),
         dws("direct", "fp16", "fp16", vec=1, bc=32, taps=32),
+        dws("workspace", "bf16", vec=4, bc=32, taps=16, br=16, mode="taps"),
     ]
     return out
 
@@ -152,6 +153,9 @@ def test_smoke_holds_every_variant_3d_and_vec1():
 def test_label():
     assert dws().label == "dwconv_bf16_2d_v8_c64t16r4_w4s1_two_stage"
     assert dws("atomic", "fp16", "fp32", vec=1, sd=3, taps=32).label == "dwconv_fp16_dwfp32_3d_v1_c64t32r4_w4s1_atomic"
+    assert dws(mode="taps").label == "dwconv_bf16_2d_v8_c64t16r4_w4s1_tapsinner_two_stage"
+    with pytest.raises(AbiError, match="dwconv mode"):
+        dws(mode="dp_sk")
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,9 @@ from skwgrad.abi.launch import dwconv_geometry, grouped_geometry
 RUNNER = Path(__file__).with_name("_interp_runner.py")
 
 
-def spec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, taps=16, br=4, sd=2, warps=4):
+def spec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, taps=16, br=4, sd=2, warps=4, mode=""):
     return dict(family="dwconv", variant=variant, dtype=dtype, dw_dtype=dw or dtype, vec_c=vec, vec_k=vec,
-                bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1,
+                bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1, mode=mode,
                 precision="ieee" if dtype == "fp32" else "", spatial_dims=sd)  # fmt: skip
 
 
@@ -60,6 +60,12 @@ CASES = [
      spec("direct", vec=2, bc=4), 1),
     # BR = 8 rows span more than one 2x3 image: every step carries into n
     ("tiny_images_fp16_two_stage", "n=5,c=8,k=8,g=8,h=2,w=3,y=2,x=2,padding=1,dtype=fp16", spec("two_stage", br=8), 3),
+    # mode "taps": the gather laid out [taps, rows, channels] (every tap of a row in one thread)
+    ("taps_inner_3x3_bf16_two_stage_partial", dw(24, "h=7,w=6,y=3,x=3,padding=1,dtype=bf16"), spec("two_stage", "bf16", br=8, mode="taps"), 3),
+    ("taps_inner_3d_s2_fp16_dwfp32_atomic", dw(8, "d=5,h=4,w=5,z=3,y=3,x=3,stride=2,padding=1,dtype=fp16,dw_dtype=fp32"),
+     spec("atomic", "fp16", "fp32", taps=32, br=4, sd=3, mode="taps"), 2),
+    ("taps_inner_7x7_fp16_workspace_vec1", dw(6, "h=8,w=9,y=7,x=7,padding=3,dilation=1,dtype=fp16"),
+     spec("workspace", "fp16", vec=1, bc=4, taps=64, br=4, mode="taps"), 3),
     # grouped, GB groups per tile (block-diagonal): G/GB packed tiles, partial packed M and N tiles
     ("grouped_g8_c4_fp16_two_stage", "n=2,c=32,k=32,g=8,h=7,w=6,y=3,x=3,padding=1,dtype=fp16", gspec("two_stage"), 3),
     ("grouped_g2_c8k16_s2_fp16_dwfp32_atomic", "n=2,c=16,k=32,g=2,h=6,w=6,y=3,x=3,padding=1,stride=2,dtype=fp16,dw_dtype=fp32",
@@ -107,4 +113,5 @@ def test_cases_cover_what_they_claim(results):
     assert {c[2]["dtype"] for c in CASES} == {"fp16", "bf16", "fp32"}
     assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace"}
     assert {c[2]["vec_c"] for c in CASES if c[2]["family"] == "dwconv"} == {1, 2, 4, 8}
+    assert {c[2]["mode"] for c in CASES if c[2]["family"] == "dwconv"} == {"", "taps"}
     assert {c[2]["variant"] for c in CASES if c[2]["family"] == "grouped"} == {"direct", "atomic", "two_stage"}

@@ -188,10 +188,13 @@ class KernelSpec:
     # -- depthwise family (``dwconv``) ----------------------------------------------------------
     # Its fields: bm = BC (channels per CTA), bn = TAPS_P2 (filter taps the kernel holds, a power
     # of two >= Z*Y*X), bk = BR (output rows per step), vec_c = vec_k = the channel vector width
-    # (G % vec == 0). Variants: the split-K epilogues direct / atomic / two_stage, and workspace.
+    # (G % vec == 0), mode "" or "taps" (the gather's layout, see depthwise.constexprs). Variants:
+    # the split-K epilogues direct / atomic / two_stage, and workspace.
     def _validate_dwconv(self, bad):
-        if self.block or self.mode or self.pointwise:
-            raise bad("dwconv kernels have no block size, stream-K mode or pointwise addressing")
+        if self.block or self.pointwise:
+            raise bad("dwconv kernels have no block size or pointwise addressing")
+        if self.mode not in ("", "taps"):
+            raise bad("dwconv mode is '' (taps over the threads) or 'taps' (every tap of a row in one thread)")
         if self.dw_dtype not in (self.dtype, "fp32"):
             raise bad("dW is the input dtype or fp32")
         if self.spatial_dims not in (2, 3):
@@ -219,7 +222,7 @@ class KernelSpec:
         dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
         return (
             f"dwconv_{dt}_{self.spatial_dims}d_v{self.vec_c}_c{self.bm}t{self.bn}r{self.bk}"
-            f"_w{self.num_warps}s{self.num_stages}_{self.variant}"
+            f"_w{self.num_warps}s{self.num_stages}{'_tapsinner' if self.mode == 'taps' else ''}_{self.variant}"
         )
 
     def _check_problem_dwconv(self, p: ConvProblem) -> None:

@@ -44,7 +44,7 @@ def dwconv_wgrad(
     stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
     ws_ptr, ws_bytes, ks_iters, ks_count,
     BC: tl.constexpr, BR: tl.constexpr, TAPS_P2: tl.constexpr, IS_3D: tl.constexpr, VEC: tl.constexpr,
-    VARIANT: tl.constexpr, X_CACHE: tl.constexpr,
+    VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr,
 ):  # fmt: skip
     TAPS = Z * Y * X
     ROWS = N * Do * Ho * Wo
@@ -87,7 +87,10 @@ def dwconv_wgrad(
     step_nb = sq // Do
     # One accumulator per row of the step: the main loop is then one FMA per product (a per-step
     # sum over the rows would cost a multiply and an add each); the rows are summed once, at the end.
-    acc = tl.zeros([BR, TAPS_P2, BC], dtype=tl.float32)
+    if TAPS_INNER:
+        acc = tl.zeros([TAPS_P2, BR, BC], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BR, TAPS_P2, BC], dtype=tl.float32)
     for _ in range(step0, step1):
         r_ok = offs_r < ROWS
         r = tl.minimum(offs_r, ROWS - 1)
@@ -95,23 +98,35 @@ def dwconv_wgrad(
         # as [BR, TAPS_P2, BC] with the taps broadcast: it then gets the x gather's layout, and each
         # thread reads its own copy from L1 instead of a layout conversion through shared memory
         # (a barrier per step).
-        dy_off = (tl.multiple_of(r * G, VEC)[:, None] + zero_t[None, :])[:, :, None] + ch[None, None, :]
-        a = tl.load(dy + dy_off, mask=r_ok[:, None, None] & c_ok[None, None, :], other=0.0)
+        dy_row = tl.multiple_of(r * G, VEC)
+        if TAPS_INNER:
+            dy_off = (dy_row[None, :] + zero_t[:, None])[:, :, None] + ch[None, None, :]
+            a = tl.load(dy + dy_off, mask=r_ok[None, :, None] & c_ok[None, None, :], other=0.0)
+        else:
+            dy_off = (dy_row[:, None] + zero_t[None, :])[:, :, None] + ch[None, None, :]
+            a = tl.load(dy + dy_off, mask=r_ok[:, None, None] & c_ok[None, None, :], other=0.0)
         # x gather [BR, TAPS_P2, BC]
         h0 = ho * stride_h - pad_h
         w0 = wo * stride_w - pad_w
-        hi = (h0[:, None] + tap_h[None, :]).to(tl.uint32)
-        wi = (tl.where(r_ok, w0, OUTSIDE)[:, None] + tap_w_chk[None, :]).to(tl.uint32)
-        rt_ok = (hi < Hi) & (wi < Wi)
+        w0c = tl.where(r_ok, w0, OUTSIDE)
+        if TAPS_INNER:
+            rt_ok = ((h0[None, :] + tap_h[:, None]).to(tl.uint32) < Hi) & ((w0c[None, :] + tap_w_chk[:, None]).to(tl.uint32) < Wi)
+        else:
+            rt_ok = ((h0[:, None] + tap_h[None, :]).to(tl.uint32) < Hi) & ((w0c[:, None] + tap_w_chk[None, :]).to(tl.uint32) < Wi)
         if IS_3D:
             d0 = do_ * stride_d - pad_d
-            di = (d0[:, None] + tap_d[None, :]).to(tl.uint32)
-            rt_ok = rt_ok & (di < Di)
+            if TAPS_INNER:
+                rt_ok = rt_ok & ((d0[None, :] + tap_d[:, None]).to(tl.uint32) < Di)
+            else:
+                rt_ok = rt_ok & ((d0[:, None] + tap_d[None, :]).to(tl.uint32) < Di)
             row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
         else:
             row_off = (nb * Hi + h0) * Wi + w0
         row_off = tl.multiple_of(tl.where(r_ok, row_off, 0) * G, VEC)
-        x_off = (row_off[:, None] + tap_off[None, :])[:, :, None] + ch[None, None, :]
+        if TAPS_INNER:
+            x_off = (row_off[None, :] + tap_off[:, None])[:, :, None] + ch[None, None, :]
+        else:
+            x_off = (row_off[:, None] + tap_off[None, :])[:, :, None] + ch[None, None, :]
         b = tl.load(x + x_off, mask=rt_ok[:, :, None] & c_ok[None, None, :], other=0.0, cache_modifier=X_CACHE)
         acc += a.to(tl.float32) * b.to(tl.float32)
         # next BR rows: one carry per dim (each remainder stays below its dim)
@@ -127,7 +142,7 @@ def dwconv_wgrad(
             do_ = tl.where(carry, do_ - Do, do_)
         nb += step_nb + carry.to(tl.int32)
         offs_r += BR
-    acc = tl.sum(acc, axis=0)
+    acc = tl.sum(acc, axis=1 if TAPS_INNER else 0)
     # -- epilogue: dW[g, t] at g * TAPS + t ------------------------------------------------------
     dw_off = ch[None, :] * TAPS + tl.where(t_ok, t, 0)[:, None]
     dw_mask = t_ok[:, None] & c_ok[None, :]
@@ -153,4 +168,9 @@ def constexprs(spec, target) -> dict:
         "VARIANT": spec.variant,
         # NVIDIA: keep x in L1 (the taps re-read shifted windows of the same rows), as in wgrad.
         "X_CACHE": ".ca" if target.backend == "cuda" else "",
+        # mode "taps": the gather is [TAPS_P2, BR, BC], so Triton spreads rows over the threads and
+        # keeps every tap of a row inside one thread (dy loaded and converted once per row, reused
+        # over the taps; the rows are summed across threads once, at the end). Default (""):
+        # [BR, TAPS_P2, BC], taps over the threads, rows inside each thread.
+        "TAPS_INNER": spec.mode == "taps",
     }
