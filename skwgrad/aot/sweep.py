@@ -383,7 +383,7 @@ def format_counts(items, title: str = "") -> str:
 # -- depthwise family (``dwconv``) --------------------------------------------------------------
 # Its own configurations, not GEMM tiles: (BC channels per CTA, TAPS_P2, BR rows per step, warps),
 # one per filter-size class: 16 taps (3x3, 1x1..4x4), 32 (5x5, 3x3x3), 64 (7x7). ``--tiles`` names
-# GEMM tiles, so with it no dwconv kernel is added. Channel widths {1, W}: vec 1 serves any G.
+# GEMM tiles, so with it no dwconv kernel is added. Channel widths {1, W/2, W}: vec 1 serves any G.
 # Variants: direct (ks_count = 1), two_stage (deterministic split-K, the Stage-2 reduce over
 # ks_count replicas), workspace (dW in the input dtype: atomics into one f32 replica, Stage-2 over
 # one) and, for fp32 dW, atomic. Smoke: workspace, two_stage and a 3-D scalar atomic kernel.
@@ -419,7 +419,8 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
             _dwconv_spec("atomic", dtype, "fp32", taps, cfg, dims=3, vec=1),
         ]
     out = []
-    for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W), DWCONV_CONFIGS.items()):
+    # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
+    for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
         variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
         for variant in variants:
             out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
