@@ -206,6 +206,7 @@ class Launch:
         self.geo = launch_geometry(
             problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
             pool=pool, ks_count=ks_count, flags_per_cta=md["flags_per_cta"] or None,
+            groups_per_tile=spec.block if spec.family == "grouped" else 0,
         )  # fmt: skip
         self.dw = torch.empty(problem.dw_numel, dtype=getattr(torch, TORCH_DT[problem.dw_dtype]), device="cuda")
         ws = self.geo.workspace

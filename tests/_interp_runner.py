@@ -35,6 +35,7 @@ def run(case):
     geo = launch_geometry(
         p, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
         pool=case.get("pool", 0), ks_count=case.get("ks_count", 1), flags_per_cta=spec.flags_per_cta(WAVE) or None,
+        groups_per_tile=spec.block if spec.family == "grouped" else 0,
     )  # fmt: skip
     rng = np.random.default_rng(case.get("seed", 0))
     x64 = rng.standard_normal(p.x_shape)

@@ -13,7 +13,7 @@ PKG = Path(__file__).resolve().parents[1] / "skwgrad"
 
 # package -> what it must never import (module prefixes)
 FORBIDDEN = {
-    "abi": ("skwgrad.aot", "skwgrad.cache", "skwgrad.launcher"),
+    "abi": ("skwgrad.aot", "skwgrad.cache", "skwgrad.launcher", "triton"),
     "cache": ("skwgrad.aot", "skwgrad.launcher", "triton"),
     "launcher": ("skwgrad.aot", "triton"),
 }

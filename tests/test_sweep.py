@@ -297,7 +297,9 @@ def test_dry_run_prints_counts_and_touches_nothing(tmp_path):
     for arch in ("gfx942", "gfx950"):
         line = next(ln for ln in r.output.splitlines() if ln.startswith(arch) and " bf16 " in ln)
         nums = [int(v) for v in line.split()[2:]]
-        assert nums == [c[(arch, "bf16", "wgrad")], c[(arch, "bf16", "wgrad_sk")], c[(arch, "bf16", "stage2")], sum(nums[:3])]
+        fams = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped")
+        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:5])]
+        assert all(nums)
     assert not cache.exists()
 
 

@@ -218,17 +218,15 @@ def test_streamk_geometry(variant, mode, pool):
 
 
 @pytest.mark.parametrize("family, variant", [("wgrad", "two_stage"), ("wgrad", "direct"), ("wgrad_sk", "linear"), ("wgrad_sk", "workspace")])
-def test_scalars_are_every_scalar_kernarg_but_the_epoch(family, variant):
+def test_scalars_are_every_scalar_kernarg(family, variant):
     kw = dict(mode="dp_sk", pool=7, flags_per_cta=1) if family == "wgrad_sk" else {}
     geo = launch_geometry(PROB, family, variant, bm=64, bn=64, bk=32, **kw)
     decl = declaration(family, variant)
-    scalar_names = {a.name for a in decl.args if a.kind == "i32" and not a.reserved} - {"sk_epoch"}
+    scalar_names = {a.name for a in decl.args if a.kind == "i32" and not a.reserved}
     assert set(geo.scalars) == scalar_names
-    # the geometry plus pointers (and an epoch) packs: nothing missing, nothing extra
+    # the geometry plus pointers packs: nothing missing, nothing extra
     vals = dict(geo.scalars)
     vals.update({a.name: 0x1000 * (i + 1) for i, a in enumerate(decl.args) if a.kind == "ptr" and not a.reserved})
-    if "sk_epoch" in decl.names:
-        vals["sk_epoch"] = 1
     decl.pack(vals)
 
 

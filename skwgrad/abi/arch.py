@@ -39,14 +39,6 @@ class Arch:
         """fp32 precisions this arch can build."""
         return ("ieee", "tf32") if self.tf32 else ("ieee",)
 
-    @property
-    def triton_target(self):
-        from triton.backends.compiler import GPUTarget
-
-        if self.backend == "hip":
-            return GPUTarget("hip", self.name, self.wave_size)
-        return GPUTarget("cuda", int(self.name.removeprefix("sm_")), self.wave_size)
-
 
 ARCHES: dict[str, Arch] = {
     a.name: a

@@ -46,7 +46,7 @@ SK_SCALARS = (
     "sk_extra_iters", "sk_pool", "sk_tree_rounds",
 )  # fmt: skip
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped")
 SPLITK_EPILOGUES = ("direct", "atomic", "two_stage")
 SK_REDUCTIONS = ("linear", "tree", "atomic", "workspace")
 FLAG_REDUCTIONS = ("linear", "tree")  # reductions that hand partials over through flags
@@ -156,6 +156,8 @@ def declaration(family: str, variant: str) -> KernargDecl:
             Arg("ws_ptr", "ptr", "f32"), Arg("dw", "ptr", "dw"), Arg("numel", "i32"), Arg("replicas", "i32"),
             Arg("reset", "i32"),
         ]  # fmt: skip
+    elif family in ("dwconv", "grouped"):
+        args = _dwconv_args(variant, family)
     else:
         raise AbiError(f"kernel family {family!r} is not one of {', '.join(FAMILIES)}")
     names = [a.name for a in args]
@@ -239,3 +241,21 @@ class Packer:
 
     def _what(self) -> str:
         return f"{self.decl.family}/{self.decl.variant}"
+
+
+# -- depthwise and packed-group families (``dwconv``: skwgrad/aot/kernels/depthwise.py,
+# ``grouped``: skwgrad/aot/kernels/grouped.py) ------------------------------------------------
+# Split-K with the wgrad epilogues, so the wgrad prefix as it is: the real problem's scalars,
+# ws_ptr/ws_bytes live for two_stage only, ks_iters (dwconv: steps of BR rows; grouped: BK slices)
+# and ks_count. Nothing is appended.
+# dwconv also has ``workspace``: atomics into one f32 replica (zeroed per launch), then the Stage-2
+# reduce over that one replica: a split-K degree in the hundreds costs no long Stage-2 loop.
+DWCONV_VARIANTS = ("direct", "atomic", "two_stage", "workspace")
+GROUPED_VARIANTS = ("direct", "atomic", "two_stage")
+
+
+def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
+    allowed = DWCONV_VARIANTS if family == "dwconv" else GROUPED_VARIANTS
+    if variant not in allowed:
+        raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(allowed)}")
+    return _prefix(workspace=variant in ("two_stage", "workspace"))

@@ -7,6 +7,7 @@ computes a grid, a partition or a workspace size of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -58,10 +59,15 @@ def launch_geometry(
     pool: int = 0,
     ks_count: int = 1,
     flags_per_cta: int | None = None,
+    groups_per_tile: int = 0,
 ) -> LaunchGeometry:
     """Resolve one launch. ``pool`` is the stream-K CTA pool (already resolved from -1);
     ``ks_count`` the split-K degree (stream-K kernels pin it to 1)."""
     kernargs.declaration(family, variant)  # known family/variant
+    if family == "dwconv":
+        return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count)
+    if family == "grouped":
+        return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
     if tiling.num_tiles > kernargs.I32_MAX or tiling.total_iters > kernargs.I32_MAX:
         raise ProblemError(f"{tiling.num_tiles} tiles x {tiling.iters_per_tile} iterations overflow the kernels' i32 counters")
@@ -111,3 +117,108 @@ def launch_geometry(
     if part is not None:
         scalars.update(part.kernarg_values())
     return LaunchGeometry(problem, family, variant, mode, tiling, grid, ks_count, ks_iters, part, ws, scalars)
+
+
+# -- depthwise family (``dwconv``): channel blocks x row splits ---------------------------------
+# A CTA owns BC channels and every tap; split s owns steps [s*ks_iters, (s+1)*ks_iters) of BR
+# rows of the N*Do*Ho*Wo reduction. Grid = ceil(G / BC) * ks_count, split-major. The spec's
+# (bm, bn, bk) are (BC, TAPS_P2, BR); the Tiling reports channel blocks as tiles and steps as
+# iterations.
+DWCONV_CTAS_PER_CU = 4  # enough resident CTAs to hide the gather latency (~4 waves of CTAs)
+DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue dominates
+
+
+def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int) -> Tiling:
+    for name, v in (("BC", bc), ("TAPS", taps), ("BR", br)):
+        if v <= 0:
+            raise ProblemError(f"dwconv {name} must be positive, got {v}")
+    cblocks = math.ceil(problem.g / bc)
+    return Tiling(
+        bm=bc, bn=taps, bk=br, m_tiles_per_group=1, m_tiles=cblocks, n_tiles=1, num_tiles=cblocks,
+        iters_per_tile=math.ceil(problem.gemm_k / br),
+    )  # fmt: skip
+
+
+def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
+                    ctas_per_cu: int = DWCONV_CTAS_PER_CU) -> int:  # fmt: skip
+    """The split-K degree that fills the device: ``ctas_per_cu * compute_units`` CTAs over the
+    channel blocks, each split keeping at least DWCONV_MIN_STEPS steps (clamped to [1, steps]).
+    ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``)."""
+    if compute_units <= 0 or ctas_per_cu <= 0:
+        raise ProblemError(f"dwconv_ks_count needs compute_units > 0 and ctas_per_cu > 0, got {compute_units}, {ctas_per_cu}")
+    t = dwconv_tiling(problem, bc, 1, br)
+    want = math.ceil(ctas_per_cu * compute_units / t.num_tiles)
+    return max(1, min(want, t.iters_per_tile // DWCONV_MIN_STEPS, t.iters_per_tile))
+
+
+def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int) -> LaunchGeometry:
+    """Resolve one dwconv launch (``ks_count`` from ``dwconv_ks_count`` or the caller)."""
+    kernargs.declaration("dwconv", variant)
+    if (problem.c, problem.k) != (1, 1):
+        raise ProblemError(f"dwconv is depthwise (C = K = 1 per group); the problem has C = {problem.c}, K = {problem.k}")
+    tiling = dwconv_tiling(problem, bc, taps, br)
+    steps = tiling.iters_per_tile
+    if steps > kernargs.I32_MAX or problem.gemm_k + br > kernargs.I32_MAX:
+        raise ProblemError(f"{problem.gemm_k} rows overflow the kernel's i32 row counters")
+    if not 1 <= ks_count <= steps:
+        raise ProblemError(f"ks_count must be in [1, {steps}] (the steps of {br} rows), got {ks_count}")
+    ks_iters = math.ceil(steps / ks_count)
+    ks_count = math.ceil(steps / ks_iters)  # drop splits past the last non-empty one
+    grid = tiling.num_tiles * ks_count
+    if grid > kernargs.I32_MAX:
+        raise ProblemError(f"grid of {grid} CTAs is too large")
+    if variant == "workspace":  # one f32 replica zeroed per launch: the stream-K workspace layout
+        ws = workspace_layout("wgrad_sk", "workspace", dw_numel=problem.dw_numel)
+    else:
+        ws = workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count)
+    ws = dataclasses.replace(ws, family="dwconv")
+    if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
+        raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
+    scalars = dict(kernargs.problem_scalars(problem))
+    scalars["ks_iters"] = ks_iters
+    scalars["ks_count"] = ks_count
+    if variant in ("two_stage", "workspace"):
+        ws_bytes = ws.region("replicas").nbytes
+        if ws_bytes > kernargs.I32_MAX:
+            raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
+        scalars["ws_bytes"] = ws_bytes
+    return LaunchGeometry(problem, "dwconv", variant, "", tiling, grid, ks_count, ks_iters, None, ws, scalars)
+
+
+# -- packed-group family (``grouped``): GB groups per tile, block-diagonal ------------------------
+# The kernel runs the split-K wgrad main loop on the packed problem (G/GB groups of GB*C -> GB*K
+# channels; same memory layout) and stores the diagonal blocks; so tiling, grid and ks_count are
+# the packed problem's, the workspace and the kernargs the real problem's.
+GROUPED_CTAS_PER_CU = 2
+
+
+def grouped_packed(problem: ConvProblem, gb: int) -> ConvProblem:
+    if gb < 1 or problem.g % gb:
+        raise ProblemError(f"groups per tile must divide G = {problem.g}, got {gb}")
+    return dataclasses.replace(problem, g=problem.g // gb, c=problem.c * gb, k=problem.k * gb)
+
+
+def grouped_ks_count(problem: ConvProblem, *, gb: int, bm: int, bn: int, bk: int, compute_units: int,
+                     ctas_per_cu: int = GROUPED_CTAS_PER_CU) -> int:  # fmt: skip
+    """Split-K degree filling the device with ``ctas_per_cu`` CTAs per CU over the packed tiles."""
+    t = grouped_packed(problem, gb).tiling(bm, bn, bk)
+    return max(1, min(math.ceil(ctas_per_cu * compute_units / t.num_tiles), t.iters_per_tile))
+
+
+def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn: int, bk: int, ks_count: int) -> LaunchGeometry:
+    kernargs.declaration("grouped", variant)
+    geo = launch_geometry(grouped_packed(problem, gb), "wgrad", variant, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
+    ws = dataclasses.replace(
+        workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=geo.ks_count), family="grouped"
+    )
+    if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
+        raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
+    scalars = dict(kernargs.problem_scalars(problem))
+    scalars["ks_iters"] = geo.ks_iters
+    scalars["ks_count"] = geo.ks_count
+    if variant == "two_stage":
+        ws_bytes = ws.region("replicas").nbytes
+        if ws_bytes > kernargs.I32_MAX:
+            raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
+        scalars["ws_bytes"] = ws_bytes
+    return LaunchGeometry(problem, "grouped", variant, "", geo.tiling, geo.grid, geo.ks_count, geo.ks_iters, None, ws, scalars)

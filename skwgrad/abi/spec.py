@@ -18,7 +18,7 @@ from skwgrad.errors import AbiError
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2"
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv"
     variant: str  # wgrad: direct|atomic|two_stage; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce
     dtype: str  # input dtype (x, dy); for stage2 unused and equal to dw_dtype
     dw_dtype: str
@@ -61,8 +61,12 @@ class KernelSpec:
             if extra:
                 raise bad(f"stage2 takes only a dtype, block and num_warps; {', '.join(extra)} must keep the default")
             return
-        if self.block:
+        if self.family == "dwconv":
+            return self._validate_dwconv(bad)
+        if self.block and self.family != "grouped":
             raise bad("only stage2 kernels have a block size")
+        if self.family == "grouped" and (self.block < 1 or self.block & (self.block - 1) or self.pointwise):
+            raise bad("grouped: block (groups per tile) must be a power of two >= 1, and no pointwise addressing")
         if self.dw_dtype not in (self.dtype, "fp32"):
             raise bad("dW is the input dtype or fp32")
         if self.spatial_dims not in (2, 3):
@@ -99,6 +103,8 @@ class KernelSpec:
     def label_unchecked(self) -> str:
         if self.family == "stage2":
             return f"stage2_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
+        if self.family == "dwconv":
+            return self._label_dwconv()
         dt = self.dtype + (self.precision if self.precision else "")
         if self.dw_dtype != self.dtype:
             dt += f"_dw{self.dw_dtype}"
@@ -110,6 +116,8 @@ class KernelSpec:
             f"{self.bm}x{self.bn}x{self.bk}",
             f"w{self.num_warps}s{self.num_stages}",
         ]
+        if self.family == "grouped":
+            parts.insert(4, f"g{self.block}")
         if self.family == "wgrad_sk":
             parts.append(self.mode.replace("_", ""))
         parts.append(self.variant)
@@ -153,6 +161,8 @@ class KernelSpec:
             if p.dw_dtype != self.dw_dtype:
                 raise AbiError(f"{self.label} reduces into {self.dw_dtype}; the problem's dW is {p.dw_dtype}")
             return
+        if self.family == "dwconv":
+            return self._check_problem_dwconv(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -170,6 +180,8 @@ class KernelSpec:
                 f"{self.label} addresses x as a plain matrix (1x1, stride 1, no padding); "
                 f"the problem has a {p.z}x{p.y}x{p.x} filter, stride {p.stride}, padding {p.pad_lo}/{p.pad_hi}"
             )
+        if self.family == "grouped":
+            return self._check_problem_grouped(p)
         if p.c % self.vec_c:
             raise AbiError(
                 f"{self.label} loads x and stores dW {self.vec_c} channels at a time; "
@@ -179,4 +191,82 @@ class KernelSpec:
             raise AbiError(
                 f"{self.label} loads dy {self.vec_k} channels at a time; "
                 f"K per group = {p.k} is not a multiple of {self.vec_k}"
+            )
+
+    # -- depthwise family (``dwconv``) ----------------------------------------------------------
+    # Its fields: bm = BC (channels per CTA), bn = TAPS_P2 (filter taps the kernel holds, a power
+    # of two >= Z*Y*X), bk = BR (output rows per step), vec_c = vec_k = the channel vector width
+    # (G % vec == 0), mode "" or "taps" (the gather's layout, see depthwise.constexprs). Variants:
+    # the split-K epilogues direct / atomic / two_stage, and workspace.
+    def _validate_dwconv(self, bad):
+        if self.block or self.pointwise:
+            raise bad("dwconv kernels have no block size or pointwise addressing")
+        if self.mode not in ("", "taps"):
+            raise bad("dwconv mode is '' (taps over the threads) or 'taps' (every tap of a row in one thread)")
+        if self.dw_dtype not in (self.dtype, "fp32"):
+            raise bad("dW is the input dtype or fp32")
+        if self.spatial_dims not in (2, 3):
+            raise bad("spatial_dims is 2 or 3")
+        if self.variant == "atomic" and self.dw_dtype != "fp32":
+            raise bad("the atomic epilogue accumulates into dW, which must be fp32")
+        if self.variant == "workspace" and self.dw_dtype == "fp32":
+            raise bad("the workspace epilogue is for a dW in the input dtype (fp32 dW: use atomic)")
+        widest = 16 // DTYPE_BYTES[self.dtype]
+        v = self.vec_c
+        if v <= 0 or v & (v - 1) or v > widest or self.vec_k != v:
+            raise bad(f"vec_c = vec_k is the channel vector width, a power of two <= {widest} (16-byte loads)")
+        for name, lo, hi in (("bm (channels per CTA)", v, 1024), ("bn (taps)", 1, 128), ("bk (rows per step)", 1, 64)):
+            x = {"bm": self.bm, "bn": self.bn, "bk": self.bk}[name[:2]]
+            if x < lo or x > hi or x & (x - 1):
+                raise bad(f"{name} must be a power of two in [{lo}, {hi}]")
+        if self.bk * self.bn * self.bm > 64 * 1024:
+            raise bad("bk x bn x bm (the x gather of one step) must be at most 65536 elements")
+        if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
+            raise bad("num_warps is 1, 2, 4, 8 or 16 and num_stages >= 1")
+        if (self.dtype == "fp32") != (self.precision == "ieee") or (self.dtype != "fp32" and self.precision):
+            raise bad("fp32 input takes precision 'ieee' (dwconv accumulates fp32 FMAs); other dtypes none")
+
+    def _label_dwconv(self) -> str:
+        dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
+        return (
+            f"dwconv_{dt}_{self.spatial_dims}d_v{self.vec_c}_c{self.bm}t{self.bn}r{self.bk}"
+            f"_w{self.num_warps}s{self.num_stages}{'_tapsinner' if self.mode == 'taps' else ''}_{self.variant}"
+        )
+
+    def _check_problem_dwconv(self, p: ConvProblem) -> None:
+        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
+            raise AbiError(
+                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
+                f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        # fp32 is computed with fp32 FMAs: at least the precision an ieee or tf32 problem asks for.
+        if p.spatial_dims != self.spatial_dims:
+            raise AbiError(f"{self.label} is a {self.spatial_dims}-D kernel; the problem is {p.spatial_dims}-D")
+        if (p.c, p.k) != (1, 1):
+            raise AbiError(
+                f"{self.label} is a depthwise kernel (1 input and 1 output channel per group); "
+                f"the problem has C = {p.c}, K = {p.k} per group"
+            )
+        if p.g % self.vec_c:
+            raise AbiError(
+                f"{self.label} loads {self.vec_c} channels at a time; G = {p.g} channels is not a multiple of {self.vec_c}"
+            )
+        taps = p.z * p.y * p.x
+        if taps > self.bn:
+            raise AbiError(f"{self.label} holds {self.bn} filter taps; the problem's {p.z}x{p.y}x{p.x} filter has {taps}")
+
+    # -- packed-group family (``grouped``) -------------------------------------------------------
+    # bm/bn/bk: the tile of the packed problem (G/GB groups of GB*C -> GB*K channels); block = GB;
+    # vec_c / vec_k: vector widths of GB*C and GB*K. Variants: the split-K epilogues.
+    def _check_problem_grouped(self, p: ConvProblem) -> None:
+        gb = self.block
+        if p.g % gb:
+            raise AbiError(f"{self.label} packs {gb} groups per tile; G = {p.g} is not a multiple of {gb}")
+        if (gb * p.c) % self.vec_c:
+            raise AbiError(
+                f"{self.label} loads x {self.vec_c} channels at a time; {gb} groups x C = {p.c} is not a multiple of {self.vec_c}"
+            )
+        if (gb * p.k) % self.vec_k:
+            raise AbiError(
+                f"{self.label} loads dy {self.vec_k} channels at a time; {gb} groups x K = {p.k} is not a multiple of {self.vec_k}"
             )

@@ -31,6 +31,15 @@ class CompiledKernel:
         return self.metadata["name"]
 
 
+def triton_target(arch):
+    """Triton's GPUTarget for an ``abi.arch.Arch`` (the abi stays free of Triton)."""
+    from triton.backends.compiler import GPUTarget
+
+    if arch.backend == "hip":
+        return GPUTarget("hip", arch.name, arch.wave_size)
+    return GPUTarget("cuda", int(arch.name.removeprefix("sm_")), arch.wave_size)
+
+
 def check_build_compiler() -> None:
     """Building needs exactly the pinned Triton: anything else would file objects under a key
     that does not describe them."""
@@ -68,7 +77,7 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
     t0 = time.perf_counter()
     compiled = triton.compile(
         src,
-        target=target.triton_target,
+        target=triton_target(target),
         # fp fusion pinned: Triton's default follows an environment variable the key cannot see.
         options={"num_warps": spec.num_warps, "num_stages": spec.num_stages, "enable_fp_fusion": True},
     )

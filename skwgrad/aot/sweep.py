@@ -443,6 +443,8 @@ def _default_streamk(ctx: FamilyContext) -> list[KernelSpec]:
 
 register_family("wgrad", _splitk_specs)
 register_family("wgrad_sk", _streamk_specs)
+register_family("dwconv", lambda ctx: dwconv_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
+register_family("grouped", lambda ctx: grouped_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 
 
 def stage2_spec(dw_dtype: str) -> KernelSpec:
@@ -613,3 +615,86 @@ def format_counts(items, title: str = "") -> str:
         lines.append(f"{a}: {n} kernels")
     lines.append(f"total: {sum(c.values())} kernels")
     return "\n".join(lines)
+
+
+# -- depthwise family (``dwconv``) --------------------------------------------------------------
+# Its own configurations, not GEMM tiles: (BC channels per CTA, TAPS_P2, BR rows per step, warps),
+# one per filter-size class: 16 taps (3x3, 1x1..4x4), 32 (5x5, 3x3x3), 64 (7x7). ``--tiles`` names
+# GEMM tiles, so with it no dwconv kernel is added. Channel widths {1, W/2, W}: vec 1 serves any G.
+# Variants: direct (ks_count = 1), two_stage (deterministic split-K, the Stage-2 reduce over
+# ks_count replicas), workspace (dW in the input dtype: atomics into one f32 replica, Stage-2 over
+# one) and, for fp32 dW, atomic. Smoke: workspace, two_stage and a 3-D scalar atomic kernel.
+DWCONV_CONFIGS = {
+    # taps: (BC, BR, warps). sm_90 (32 lanes): ~1 tap per thread at 16 taps; the wave-64 CDNA
+    # parts spread the same block over twice the lanes.
+    16: (64, 4, 4),
+    32: (64, 4, 4),
+    64: (64, 2, 4),
+}
+DWCONV_SMOKE = (16, (64, 4, 4))
+
+
+def _dwconv_spec(variant, dtype, dw, taps, cfg, *, dims=2, vec=1):
+    bc, br, warps = cfg
+    prec = "ieee" if dtype == "fp32" else ""
+    return KernelSpec(
+        "dwconv", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec,
+        bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1, precision=prec,
+    )  # fmt: skip
+
+
+def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The dwconv kernels of a preset for one arch and dtype (the same for every arch today)."""
+    if tiles:
+        return []
+    W = widest_vec(dtype)
+    if preset == "smoke":
+        taps, cfg = DWCONV_SMOKE
+        return [
+            _dwconv_spec("workspace" if dtype != "fp32" else "direct", dtype, dtype, taps, cfg, vec=W),
+            _dwconv_spec("two_stage", dtype, dtype, taps, cfg, vec=W),
+            _dwconv_spec("atomic", dtype, "fp32", taps, cfg, dims=3, vec=1),
+        ]
+    out = []
+    # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
+    for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
+        variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
+        for variant in variants:
+            out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
+    return out
+
+
+# -- packed-group family (``grouped``) ----------------------------------------------------------
+# (GB groups per tile, BM): GB * K = BM for K = 4, 8, 16 per group at BM 32 and 64; BN = BK = 64,
+# 4 warps. Vector widths (W, W) (GB * C and GB * K are multiples of 8 for these K) and (1, 1)
+# on the 2-D two-stage kernels. ``--tiles`` names the dense tiles, so with it none is added.
+GROUPED_CONFIGS = ((2, 32), (4, 32), (8, 32), (4, 64), (8, 64), (16, 64))
+GROUPED_SMOKE = (4, 32)
+
+
+def _grouped_spec(variant, dtype, dw, prec, gb, bm, arch, *, dims=2, vec=1):
+    return KernelSpec(
+        "grouped", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec, bm=bm, bn=64, bk=64, block=gb,
+        num_warps=4, num_stages=ARCHES[arch].default_stages, precision=prec,
+    )  # fmt: skip
+
+
+def grouped_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The grouped kernels of a preset for one arch and dtype."""
+    if tiles:
+        return []
+    W = widest_vec(dtype)
+    if preset == "smoke":
+        gb, bm = GROUPED_SMOKE
+        prec = precisions(dtype, arch, "smoke")[0]
+        return [
+            _grouped_spec("two_stage", dtype, dtype, prec, gb, bm, arch, vec=W),
+            _grouped_spec("atomic", dtype, "fp32", prec, gb, bm, arch, dims=3, vec=1),
+        ]
+    out = []
+    for prec, dw, dims, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), (2, 3), GROUPED_CONFIGS):
+        for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
+            out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=W))
+            if dims == 2 and variant == "two_stage":
+                out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=1))
+    return out

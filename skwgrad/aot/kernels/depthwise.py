@@ -1,0 +1,176 @@
+"""Depthwise convolution wgrad (``dwconv``): C == K == 1 per group, so G is the channel count.
+
+x is ``N Di Hi Wi G`` (channels last), dy ``N Do Ho Wo G``, dW ``G Z Y X`` (the ``G K Z Y X C``
+layout with K = C = 1). Per channel g and tap t = (kz, ky, kx):
+
+    dW[g, t] = sum over rows r = (n, do, ho, wo) of dy[r, g] * x[n, do*s_d - p_d + kz*dil_d, ..., g]
+
+There is no GEMM worth a matrix unit here (M = 1, N = taps per channel), so the kernel works on
+the vector units: a CTA owns a block of BC channels and *all* taps, and accumulates
+``acc[TAPS_P2, BC]`` in fp32. One step takes BR consecutive rows: a ``[BR, BC]`` block of dy and
+the matching ``[BR, TAPS_P2, BC]`` gather of x, each a channel vector per (row, tap) (16-byte
+loads when G is a multiple of the vector width), multiplied with dy broadcast over the taps and
+accumulated per row (one FMA per product; the rows are summed once, at the end). Taps past Z*Y*X (TAPS_P2 is a power of two) are masked: they cost issue
+slots but no memory traffic. The default layout Triton picks puts the channels and taps across
+the threads and the BR rows inside each thread, so the row sum needs no cross-thread reduction
+(as long as TAPS_P2 * BC / VEC covers the CTA's threads; else Triton reduces across threads, still exact).
+
+Split-K: the N*Do*Ho*Wo reduction is cut into ``ks_count`` contiguous ranges of ``ks_iters``
+steps (of BR rows); grid = ceil(G / BC) * ks_count, split-major (the CTAs of one split read
+neighbouring channels of the same rows, so they meet in L2). Epilogues, as in ``wgrad``:
+``direct`` (ks_count = 1, store in the dW dtype), ``atomic`` (fp32 dW, zeroed by the launcher),
+``two_stage`` (split s stores its whole f32 replica s of dW, zeros included; the Stage-2 reduce
+sums replicas in split order: deterministic), ``workspace`` (atomics into one f32 replica,
+zeroed by the launcher, then the Stage-2 reduce over that one replica casts it: not
+deterministic, but the Stage-2 loop is one replica long where two_stage's is ks_count long).
+
+Addressing follows ``wgrad``: a row's x offset and a tap's offset add; each spatial bounds check
+is one unsigned compare of ``row_base + tap`` (a negative index wraps to a huge one); rows past
+the range and padding taps get a coordinate of OUTSIDE so the w check masks them; rows are
+decomposed by division once per CTA and then walked by carries. Channels past G *wrap* (``% G``)
+so every aligned group of VEC channels stays contiguous and aligned, and are masked.
+"""
+
+import triton
+import triton.language as tl
+
+from skwgrad.aot.kernels.wgrad import OUTSIDE
+
+
+@triton.jit
+def dwconv_wgrad(
+    dy, x, dw,
+    N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    ws_ptr, ws_bytes, ks_iters, ks_count,
+    BC: tl.constexpr, BR: tl.constexpr, TAPS_P2: tl.constexpr, IS_3D: tl.constexpr, VEC: tl.constexpr,
+    VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr,
+):  # fmt: skip
+    TAPS = Z * Y * X
+    ROWS = N * Do * Ho * Wo
+    cblocks = tl.cdiv(G, BC)
+    pid = tl.program_id(0)
+    cb = pid % cblocks
+    split = pid // cblocks
+    step0 = split * ks_iters
+    step1 = tl.minimum(step0 + ks_iters, tl.cdiv(ROWS, BR))
+    # -- channels: G % VEC == 0 (check_problem), so each aligned VEC group is one contiguous vector
+    offs_c = cb * BC + tl.arange(0, BC)
+    c_ok = tl.max_constancy(offs_c < G, VEC)
+    ch = tl.max_contiguous(tl.multiple_of(offs_c % G, VEC), VEC)
+    # -- taps: (kz, ky, kx), once per CTA --------------------------------------------------------
+    t = tl.arange(0, TAPS_P2)
+    t_ok = t < TAPS
+    kx = t % X
+    ky = (t // X) % Y
+    kz = t // (X * Y)
+    tap_h = ky * dil_h
+    tap_w = kx * dil_w
+    tap_w_chk = tl.where(t_ok, tap_w, OUTSIDE)  # padding taps fail the w check
+    tap_d = kz * dil_d
+    zero_t = tl.zeros([TAPS_P2], dtype=tl.int32)
+    tap_off = tl.multiple_of(tl.where(t_ok, ((tap_d * Hi + tap_h) * Wi + tap_w) * G, 0), VEC)
+    # -- rows: decomposed once, then walked by carries ---------------------------------------------
+    offs_r = step0 * BR + tl.arange(0, BR)
+    wo = offs_r % Wo
+    tq = offs_r // Wo
+    ho = tq % Ho
+    tq = tq // Ho
+    do_ = tq % Do
+    nb = tq // Do
+    STEP_WO: tl.constexpr = BR
+    step_wo = STEP_WO % Wo
+    sq = STEP_WO // Wo
+    step_ho = sq % Ho
+    sq = sq // Ho
+    step_do = sq % Do
+    step_nb = sq // Do
+    # One accumulator per row of the step: the main loop is then one FMA per product (a per-step
+    # sum over the rows would cost a multiply and an add each); the rows are summed once, at the end.
+    if TAPS_INNER:
+        acc = tl.zeros([TAPS_P2, BR, BC], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BR, TAPS_P2, BC], dtype=tl.float32)
+    for _ in range(step0, step1):
+        r_ok = offs_r < ROWS
+        r = tl.minimum(offs_r, ROWS - 1)
+        # dy block [BR, BC] (the rows are the flattened (n, do, ho, wo) index itself), addressed
+        # as [BR, TAPS_P2, BC] with the taps broadcast: it then gets the x gather's layout, and each
+        # thread reads its own copy from L1 instead of a layout conversion through shared memory
+        # (a barrier per step).
+        dy_row = tl.multiple_of(r * G, VEC)
+        if TAPS_INNER:
+            dy_off = (dy_row[None, :] + zero_t[:, None])[:, :, None] + ch[None, None, :]
+            a = tl.load(dy + dy_off, mask=r_ok[None, :, None] & c_ok[None, None, :], other=0.0)
+        else:
+            dy_off = (dy_row[:, None] + zero_t[None, :])[:, :, None] + ch[None, None, :]
+            a = tl.load(dy + dy_off, mask=r_ok[:, None, None] & c_ok[None, None, :], other=0.0)
+        # x gather [BR, TAPS_P2, BC]
+        h0 = ho * stride_h - pad_h
+        w0 = wo * stride_w - pad_w
+        w0c = tl.where(r_ok, w0, OUTSIDE)
+        if TAPS_INNER:
+            rt_ok = ((h0[None, :] + tap_h[:, None]).to(tl.uint32) < Hi) & ((w0c[None, :] + tap_w_chk[:, None]).to(tl.uint32) < Wi)
+        else:
+            rt_ok = ((h0[:, None] + tap_h[None, :]).to(tl.uint32) < Hi) & ((w0c[:, None] + tap_w_chk[None, :]).to(tl.uint32) < Wi)
+        if IS_3D:
+            d0 = do_ * stride_d - pad_d
+            if TAPS_INNER:
+                rt_ok = rt_ok & ((d0[None, :] + tap_d[:, None]).to(tl.uint32) < Di)
+            else:
+                rt_ok = rt_ok & ((d0[:, None] + tap_d[None, :]).to(tl.uint32) < Di)
+            row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
+        else:
+            row_off = (nb * Hi + h0) * Wi + w0
+        row_off = tl.multiple_of(tl.where(r_ok, row_off, 0) * G, VEC)
+        if TAPS_INNER:
+            x_off = (row_off[None, :] + tap_off[:, None])[:, :, None] + ch[None, None, :]
+        else:
+            x_off = (row_off[:, None] + tap_off[None, :])[:, :, None] + ch[None, None, :]
+        b = tl.load(x + x_off, mask=rt_ok[:, :, None] & c_ok[None, None, :], other=0.0, cache_modifier=X_CACHE)
+        acc += a.to(tl.float32) * b.to(tl.float32)
+        # next BR rows: one carry per dim (each remainder stays below its dim)
+        wo += step_wo
+        carry = wo >= Wo
+        wo = tl.where(carry, wo - Wo, wo)
+        ho += step_ho + carry.to(tl.int32)
+        carry = ho >= Ho
+        ho = tl.where(carry, ho - Ho, ho)
+        if IS_3D:
+            do_ += step_do + carry.to(tl.int32)
+            carry = do_ >= Do
+            do_ = tl.where(carry, do_ - Do, do_)
+        nb += step_nb + carry.to(tl.int32)
+        offs_r += BR
+    acc = tl.sum(acc, axis=1 if TAPS_INNER else 0)
+    # -- epilogue: dW[g, t] at g * TAPS + t ------------------------------------------------------
+    dw_off = ch[None, :] * TAPS + tl.where(t_ok, t, 0)[:, None]
+    dw_mask = t_ok[:, None] & c_ok[None, :]
+    if VARIANT == "direct":
+        tl.store(dw + dw_off, acc.to(dw.dtype.element_ty), mask=dw_mask)
+    elif VARIANT == "atomic":
+        tl.atomic_add(dw + dw_off, acc, mask=dw_mask, sem="relaxed")
+    elif VARIANT == "workspace":  # one f32 replica, zeroed by the launcher; Stage-2 casts it
+        tl.atomic_add(ws_ptr + dw_off, acc, mask=dw_mask, sem="relaxed")
+    else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
+        tl.store(ws_ptr + split * (G * TAPS) + dw_off, acc, mask=dw_mask)
+
+
+def constexprs(spec, target) -> dict:
+    """``KernelSpec`` fields of the dwconv family: bm = BC (channels per CTA), bn = TAPS_P2 (taps
+    the kernel holds, a power of two >= Z*Y*X), bk = BR (rows per step), vec_c = vec_k = VEC."""
+    return {
+        "BC": spec.bm,
+        "BR": spec.bk,
+        "TAPS_P2": spec.bn,
+        "IS_3D": spec.spatial_dims == 3,
+        "VEC": spec.vec_c,
+        "VARIANT": spec.variant,
+        # NVIDIA: keep x in L1 (the taps re-read shifted windows of the same rows), as in wgrad.
+        "X_CACHE": ".ca" if target.backend == "cuda" else "",
+        # mode "taps": the gather is [TAPS_P2, BR, BC], so Triton spreads rows over the threads and
+        # keeps every tap of a row inside one thread (dy loaded and converted once per row, reused
+        # over the taps; the rows are summed across threads once, at the end). Default (""):
+        # [BR, TAPS_P2, BC], taps over the threads, rows inside each thread.
+        "TAPS_INNER": spec.mode == "taps",
+    }
