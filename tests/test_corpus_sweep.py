@@ -115,7 +115,7 @@ def test_corpus_rows_each_get_a_kernel_and_the_sweep_is_small():
             if it.arch == arch:
                 cache.add(it.spec, arch)
         for _, p in rows:
-            assert select.choose(p, cache, arch=arch, cus=304).spec.family in ("wgrad", "wgrad_sk")
+            assert select.choose(p, cache, arch=arch, cus=304).spec.family in ("wgrad", "wgrad_sk", "dwconv", "grouped")
 
 
 def test_narrow_rule_by_hand():
@@ -192,4 +192,4 @@ def test_a_corpus_it_has_never_seen_gets_a_kernel_for_every_row():
             if (name, arch) in ps.unserved:
                 continue
             c = select.choose(p, cache, arch=arch, cus=132)
-            assert c.spec.family in ("wgrad", "wgrad_sk") and (c.stage2 is None or c.stage2.spec.dw_dtype == p.dw_dtype)
+            assert c.spec.family in ("wgrad", "wgrad_sk", "dwconv", "grouped") and (c.stage2 is None or c.stage2.spec.dw_dtype == p.dw_dtype)

@@ -454,3 +454,32 @@ def test_a_damaged_candidate_is_skipped_and_selection_goes_on(fake):
     assert chosen.kernel.key != broken
     ref = torch_wgrad(torch.from_numpy(x).permute(0, 3, 1, 2), torch.from_numpy(dy).permute(0, 3, 1, 2), (8, 4, 3, 3), 1, 1, 1, 1)
     assert np.linalg.norm(out - ref.numpy()) / np.linalg.norm(ref.numpy()) < 1e-5
+
+
+@pytest.mark.parametrize("case", [
+    # (N, C, K, spatial, filter, stride, padding, dilation, groups): depthwise and packed groups
+    (2, 16, 16, (9, 10), (3, 3), 1, 1, 1, 16),
+    (2, 12, 12, (11, 9), (5, 5), 2, 2, 1, 12),
+    (1, 8, 8, (4, 6, 5), (3, 3, 3), 1, 1, 1, 8),
+    (2, 32, 32, (7, 7), (3, 3), 1, 1, 1, 4),  # 8 channels per group: the packed-group kernel
+])  # fmt: skip
+def test_depthwise_and_grouped_through_their_families(monkeypatch, case):
+    from skwgrad.aot.sweep import sweep
+
+    be = F.FakeBackend(cus=8, max_active=2)
+    cache = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["fp32"]):
+        cache.add(it.spec, it.arch)
+    monkeypatch.setattr(api, "get_backend", lambda device=None, kind=None: be)
+    api.clear_plans()
+    n, c, k, sp, f, stride, padding, dilation, groups = case
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn((n, c, *sp), generator=gen)
+    out_sp = _out_size(sp, f, stride, padding, dilation)
+    dy = torch.randn((n, k, *out_sp), generator=gen)
+    got = skwgrad.wgrad(x, dy, filter_size=f, stride=stride, padding=padding, dilation=dilation, groups=groups, cache=cache)
+    fam = next(iter(api._plans.values())).spec.family
+    assert fam == ("dwconv" if c == groups else "grouped"), fam
+    ref = torch_wgrad(x, dy, (k, c // groups, *f), stride, padding, dilation, groups)
+    assert float((got.double() - ref).norm() / ref.norm()) < 1e-5
+    api.clear_plans()

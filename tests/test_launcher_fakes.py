@@ -372,10 +372,16 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
     if a["ks_count"] <= 0 or a["ks_iters"] <= 0:
         raise FakeFault("ks_count and ks_iters must be positive")
     numel = p.dw_numel
-    if spec.family == "wgrad":
-        t = p.tiling(spec.bm, spec.bn, spec.bk)
-        if a["ks_iters"] * a["ks_count"] < t.iters_per_tile:
-            raise FakeFault(f"ks_iters x ks_count = {a['ks_iters']} x {a['ks_count']} does not cover {t.iters_per_tile} iterations")
+    if spec.family in ("dwconv", "grouped") and spec.variant == "workspace":
+        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
+        if np.any(cur != 0):
+            raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
+        _store(be, a["ws_ptr"], _reference(be, p, a), "fp32")
+        return
+    if spec.family in ("wgrad", "dwconv", "grouped"):  # split-K shaped: splits of ks_iters steps of BK rows
+        steps = -(-p.gemm_k // spec.bk)
+        if a["ks_iters"] * a["ks_count"] < steps:
+            raise FakeFault(f"ks_iters x ks_count = {a['ks_iters']} x {a['ks_count']} does not cover {steps} steps of {spec.bk} rows")
         if spec.variant == "direct":
             if a["ks_count"] != 1:
                 raise FakeFault("direct epilogue launched with ks_count != 1")

@@ -331,3 +331,25 @@ def test_a_request_no_preset_builds_still_names_what_serves_the_problem():
     for it in items:
         c.add(it.spec, it.arch)
     assert S.choose(p, c, arch="sm_90", cus=132).spec.family in ("wgrad", "wgrad_sk")  # auto is served
+
+
+def test_depthwise_and_grouped_problems_take_their_families():
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    dw = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1")
+    ch = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2))
+    assert ch.spec.family == "dwconv" and ch.spec.bn == 16 and ch.spec.vec_c == 8  # 9 taps fit 16; 144 % 8 == 0
+    assert ch.spec.variant == ("direct" if ch.ks_count == 1 else "workspace") and ch.stage2 is not None
+    odd = parse_problem("n=8,c=100,k=100,g=100,h=28,w=28,y=7,x=7,padding=3")
+    ch = S.choose(odd, c, arch="sm_90", cus=132, occupancy=occ(2))
+    assert (ch.spec.family, ch.spec.bn, ch.spec.vec_c) == ("dwconv", 64, 1)  # 49 taps; 100 channels: vec 1 in default
+    det = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2), deterministic=True)
+    assert det.spec.family != "dwconv" or det.spec.variant in ("direct", "two_stage")
+    rx = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")  # ResNeXt: 8 channels per group
+    ch = S.choose(rx, c, arch="sm_90", cus=132, occupancy=occ(2))
+    assert ch.spec.family == "grouped" and ch.spec.block * rx.k == ch.spec.bm  # a full packed M tile
+    dense = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
+    assert S.choose(dense, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.family in ("wgrad", "wgrad_sk")

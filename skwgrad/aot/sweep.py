@@ -542,7 +542,9 @@ class ProblemSweep:
 
 
 def _admission_key(spec: KernelSpec) -> tuple:
-    return (spec.dtype, spec.dw_dtype, spec.precision, spec.spatial_dims)
+    # No precision here: the depthwise kernels (fp32 FMAs) admit ieee and tf32 problems alike;
+    # ``selectable`` (check_problem) decides precision per spec.
+    return (spec.dtype, spec.dw_dtype, spec.spatial_dims)
 
 
 def sweep_for_problems(
@@ -580,7 +582,7 @@ def sweep_for_problems(
     for arch in arches:
         chosen: set[KernelSpec] = set()
         for i, (name, p) in enumerate(named):
-            group = by_arch[arch].get((p.dtype, p.dw_dtype, p.precision, p.spatial_dims), [])
+            group = by_arch[arch].get((p.dtype, p.dw_dtype, p.spatial_dims), [])
             keep = selectable(group, p)
             per_problem[(i, arch)] = len(keep)
             if not keep:
@@ -656,6 +658,16 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
             _dwconv_spec("atomic", dtype, "fp32", taps, cfg, dims=3, vec=1),
         ]
     out = []
+    if preset == "default":
+        # The pruned default: 2-D at widths {1, W} for every filter class, 3-D at W for the 3x3x3
+        # class; direct plus one split-K epilogue per dW dtype (workspace for the input dtype,
+        # atomic for fp32 dW). two_stage (deterministic) and W/2 stay in broad/full.
+        shapes = [(2, vec, t) for vec in (1, W) for t in DWCONV_CONFIGS] + [(3, W, 32)]
+        for dw, (dims, vec, taps) in itertools.product(dw_dtypes(dtype), shapes):
+            split = "workspace" if dw == dtype != "fp32" else "atomic"
+            for variant in ("direct", split):
+                out.append(_dwconv_spec(variant, dtype, dw, taps, DWCONV_CONFIGS[taps], dims=dims, vec=vec))
+        return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
         variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
@@ -692,6 +704,13 @@ def grouped_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Kernel
             _grouped_spec("atomic", dtype, "fp32", prec, gb, bm, arch, dims=3, vec=1),
         ]
     out = []
+    if preset == "default":
+        # The pruned default: 2-D, widths W, GB*K = BM for K = 8 at BM 32 and 64, direct and
+        # two_stage. The rest stays in broad/full.
+        for prec, dw, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), ((4, 32), (8, 64))):
+            for variant in ("direct", "two_stage"):
+                out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, vec=W))
+        return out
     for prec, dw, dims, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), (2, 3), GROUPED_CONFIGS):
         for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
             out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=W))

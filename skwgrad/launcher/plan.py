@@ -38,6 +38,7 @@ from skwgrad.errors import AbiError, CacheError, DamagedEntryError, ProblemError
 from skwgrad.launcher.interop import stream_int
 from skwgrad.launcher.workspace import CaptureWorkspace, arenas, capture_refused
 
+MAIN_FAMILIES = ("wgrad", "wgrad_sk", "dwconv", "grouped")  # what computes dW (stage2 only reduces)
 _DUMMY_PTR = 0x100  # placeholder in the template; every pointer is patched before the first launch
 _MIN_WS = 256  # a kernel whose flag/partial pointers are unused (all-DP) still gets a valid buffer
 
@@ -139,7 +140,7 @@ class Plan:
         check_coresidency: bool = True,
     ):
         spec = kernel.spec
-        if spec.family not in ("wgrad", "wgrad_sk"):
+        if spec.family not in MAIN_FAMILIES:
             raise ProblemError(f"{kernel.label} is a {spec.family} kernel, not a wgrad kernel")
         if kernel.arch != backend.arch:
             raise ProblemError(
@@ -153,6 +154,7 @@ class Plan:
         geo = launch_geometry(
             problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
             pool=pool if spec.family == "wgrad_sk" else 0, ks_count=ks_count, flags_per_cta=flags_per_cta,
+            groups_per_tile=spec.block if spec.family == "grouped" else 0,
         )  # fmt: skip
         self.problem = problem
         self.kernel = kernel

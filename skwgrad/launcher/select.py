@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from skwgrad.abi import narrow
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
-from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, launch_geometry
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS, resolve_pool
 from skwgrad.errors import AbiError, CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
-from skwgrad.launcher.plan import Kernel, Plan
+from skwgrad.launcher.plan import MAIN_FAMILIES, Kernel, Plan
 
 from skwgrad.abi.policy import (  # noqa: E402
     AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SPLITK_ONLY, STREAMK_CHOICES,
@@ -108,7 +108,7 @@ def candidates(cache, arch: str, problem: ConvProblem, *, family=None, mode=None
     out = []
     for e in cache.find(arch, **fields):
         spec = e.spec
-        if spec is None or spec.family not in ("wgrad", "wgrad_sk"):
+        if spec is None or spec.family not in MAIN_FAMILIES:
             continue
         if tile and (spec.bm, spec.bn, spec.bk) != tuple(tile):
             continue
@@ -226,9 +226,15 @@ def _ks_formula(problem: ConvProblem, k: Kernel, cus: int, occ: int) -> int:
 
 
 def _splitk_ks(problem: ConvProblem, k: Kernel, cus: int, occ: int) -> int:
-    """The formula's degree, as the kernel's epilogue can take it."""
+    """The formula's degree, as the kernel's epilogue can take it (the depthwise and packed-group
+    families size theirs in ``skwgrad.abi.launch``)."""
     s = k.spec
-    ks = _ks_formula(problem, k, cus, occ)
+    if s.family == "dwconv":
+        ks = dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus)
+    elif s.family == "grouped":
+        ks = grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
+    else:
+        ks = _ks_formula(problem, k, cus, occ)
     if s.variant == "direct":
         return 1
     if s.variant == "two_stage":
@@ -282,6 +288,56 @@ def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice |
         return None  # stale or foreign record: fall back to the rules
 
 
+def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
+    """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
+    on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
+    kernels. dwconv: the smallest cached tap count that holds the filter, the widest channel
+    vectors; grouped: the best fill of the packed M tile (GB * K of BM), fewer groups on ties.
+    Split-K degree from the family's own rule; ``direct`` at one split, else the epilogue."""
+    if o.reduction not in ("auto", *SPLITK_EPILOGUES, "workspace"):
+        return None
+    depthwise = (problem.c, problem.k) == (1, 1)
+    family = "dwconv" if depthwise else "grouped" if problem.g > 1 and max(problem.c, problem.k) <= 16 else None
+    if family is None:
+        return None
+    ks_all = [k for k in candidates(cache, arch, problem, family=family, exclude=exclude) if o.allows(k.spec.variant)]
+    ks_all = narrow.widest(ks_all, problem, spec_of=lambda k: k.spec)
+    if not ks_all:
+        return None
+    if family == "dwconv":
+        rank_key = lambda k: (k.spec.bn, k.spec.mode != "", k.label)  # noqa: E731
+    else:
+        rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
+    ks_all.sort(key=rank_key)
+    lead = ks_all[0]
+    same_config = [k for k in ks_all if rank_key(k)[:2] == rank_key(lead)[:2]]
+    ls = lead.spec
+    if family == "dwconv":
+        n = dwconv_ks_count(problem, bc=ls.bm, br=ls.bk, compute_units=cus)
+    else:
+        n = grouped_ks_count(problem, gb=ls.block, bm=ls.bm, bn=ls.bn, bk=ls.bk, compute_units=cus)
+    if o.reduction != "auto":
+        prefs = (o.reduction,)
+    elif n == 1:
+        prefs = ("direct", "workspace", "two_stage", "atomic")
+    elif o.deterministic:
+        prefs = ("two_stage",)
+    else:
+        prefs = ("workspace", "atomic", "two_stage", "direct") if family == "dwconv" else ("two_stage", "atomic", "direct")
+    for variant in prefs:
+        for k in (k for k in same_config if k.spec.variant == variant):
+            if variant in ("two_stage", "workspace") and stage2 is None:
+                continue
+            if variant == "atomic" and problem.dw_dtype != "fp32":
+                continue
+            kn = 1 if variant == "direct" else max(n, 1)
+            if variant == "two_stage":
+                kn = max(1, min(kn, (I32_MAX - 255) // (4 * problem.dw_numel)))
+            return Choice(k, ks_count=kn, stage2=stage2 if variant in ("two_stage", "workspace") else None,
+                          reason=f"{family} ks_count={kn}")  # fmt: skip
+    return None
+
+
 def choose(
     problem: ConvProblem,
     cache,
@@ -316,6 +372,10 @@ def choose(
         if c is not None and c.kernel.key not in exclude:
             return c
     stage2 = find_stage2(cache, arch, problem.dw_dtype)
+    if streamk in ("auto", "off") and ks_count is None and tile is None:
+        c = _special_family_choice(problem, cache, arch, cus, o, stage2, exclude)
+        if c is not None:
+            return c
     want_sk = streamk in MODES or (streamk == "auto" and reduction in SK_ONLY)
     try_sk = want_sk or (streamk == "auto" and ks_count is None and reduction in ("auto", "atomic"))
     try_splitk = not want_sk and streamk in ("auto", "off")
@@ -423,10 +483,10 @@ def all_choices(
         else:
             if streamk in MODES or (reductions and s.variant not in reductions):
                 continue
-            if s.variant == "two_stage" and stage2 is None:
+            if s.variant in ("two_stage", "workspace") and stage2 is None:
                 continue
             n = _splitk_ks(problem, k, cus, _occ(occupancy, k))
-            out.append(Choice(k, ks_count=n, stage2=stage2 if s.variant == "two_stage" else None, reason="candidate"))
+            out.append(Choice(k, ks_count=n, stage2=stage2 if s.variant in ("two_stage", "workspace") else None, reason="candidate"))
     return out
 
 
