@@ -483,3 +483,30 @@ def test_depthwise_and_grouped_through_their_families(monkeypatch, case):
     ref = torch_wgrad(x, dy, (k, c // groups, *f), stride, padding, dilation, groups)
     assert float((got.double() - ref).norm() / ref.norm()) < 1e-5
     api.clear_plans()
+
+
+def test_tune_on_first_use_times_once_and_the_record_serves_later_calls(fake):
+    from skwgrad.launcher.select import problem_key
+
+    be, cache = fake
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 6, 6, 4)).astype(np.float32)
+    dy = rng.standard_normal((2, 6, 6, 8)).astype(np.float32)
+    api.set_tuning(True)
+    try:
+        tuned = api.stats["tuned"]
+        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+        assert api.stats["tuned"] == tuned + 1
+        p = next(iter(api._plans.values()))
+        rec = cache.tuned("sm_90", 8, problem_key(p.problem))
+        assert rec and rec["key"] == p.kernel.key and p.choice.reason == "tuned"
+        api.clear_plans()  # a new process, in effect: plans gone, the record in the cache stays
+        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache)
+        assert api.stats["tuned"] == tuned + 1  # nothing timed again
+        skwgrad.wgrad(x, dy, filter_size=3, padding=1, cache=cache, streamk="off")  # an explicit request: no tuning
+        assert api.stats["tuned"] == tuned + 1
+        assert not api.native_preferred(p.problem, cache=cache, backend=be)
+        cache.remember_tuned("sm_90", 8, problem_key(p.problem), {**rec, "native_us": rec["us"] / 2})
+        assert api.native_preferred(p.problem, cache=cache, backend=be)
+    finally:
+        api.set_tuning(None)
