@@ -14,6 +14,7 @@ import click
 
 from skwgrad import clikit
 from skwgrad.errors import EXIT_CHECK_FAILED, SkwgradError
+from skwgrad.launcher.baseline import cudnn_time, stream_hold
 
 log = logging.getLogger("skwgrad.run")
 STREAMK_CHOICES = ("auto", "off", "dp_sk", "persistent", "all")
