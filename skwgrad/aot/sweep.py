@@ -634,14 +634,19 @@ DWCONV_CONFIGS = {
     64: (64, 2, 4),
 }
 DWCONV_SMOKE = (16, (64, 4, 4))
+# The default's vector-width kernels, from the H200 depthwise bench (benchmarks/RESULTS.md,
+# 2026-12-01): every tap of a row in one thread ("taps") on small channel blocks was the fastest
+# dwconv kernel on every 3x3 and 5x5 row (MobileNetV2 144ch: 92 us vs 250 us for (64, 4) without
+# it); 7x7 kept the plain layout on 32 channels. taps: (BC, BR, warps, mode).
+DWCONV_DEFAULT = {16: (16, 32, 4, "taps"), 32: (16, 16, 4, "taps"), 64: (32, 2, 4, "")}
 
 
-def _dwconv_spec(variant, dtype, dw, taps, cfg, *, dims=2, vec=1):
+def _dwconv_spec(variant, dtype, dw, taps, cfg, *, dims=2, vec=1, mode=""):
     bc, br, warps = cfg
     prec = "ieee" if dtype == "fp32" else ""
     return KernelSpec(
         "dwconv", variant, dtype, dw, spatial_dims=dims, vec_c=vec, vec_k=vec,
-        bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1, precision=prec,
+        bm=bc, bn=taps, bk=br, num_warps=warps, num_stages=1, precision=prec, mode=mode,
     )  # fmt: skip
 
 
@@ -665,8 +670,13 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
         shapes = [(2, vec, t) for vec in (1, W) for t in DWCONV_CONFIGS] + [(3, W, 32)]
         for dw, (dims, vec, taps) in itertools.product(dw_dtypes(dtype), shapes):
             split = "workspace" if dw == dtype != "fp32" else "atomic"
+            if vec == W and dims == 2:  # the measured configuration; vec 1 (any G) keeps the plain one
+                bc, br, warps, mode = DWCONV_DEFAULT[taps]
+                cfg, kw = (bc, br, warps), {"mode": mode}
+            else:
+                cfg, kw = DWCONV_CONFIGS[taps], {}
             for variant in ("direct", split):
-                out.append(_dwconv_spec(variant, dtype, dw, taps, DWCONV_CONFIGS[taps], dims=dims, vec=vec))
+                out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec, **kw))
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):

@@ -305,7 +305,9 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     if not ks_all:
         return None
     if family == "dwconv":
-        rank_key = lambda k: (k.spec.bn, k.spec.mode != "", k.label)  # noqa: E731
+        # the smallest tap count holding the filter; then the "taps" layout, the faster one on the
+        # H200 wherever both were built (benchmarks/RESULTS.md, 2026-12-01)
+        rank_key = lambda k: (k.spec.bn, k.spec.mode != "taps", k.label)  # noqa: E731
     else:
         rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
     ks_all.sort(key=rank_key)
