@@ -23,10 +23,13 @@ from click.testing import CliRunner
 
 import skwgrad.aot.build as build_mod
 import skwgrad.aot.compile as compile_mod
-from skwgrad.abi.identity import COMPILER, PINNED_TRITON
+from skwgrad.abi.identity import PINNED_TRITON
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.aot.build import BuildEnvironmentError, Claims, build, reclaim_stale_temp
 from skwgrad.aot.sweep import SweepItem, sweep
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _codeobj import fake_compiled  # noqa: E402
 from skwgrad.cache import Cache
 from skwgrad.cli import main
 
@@ -41,8 +44,7 @@ def fake_compiler(log: list, *, sleep=0.0, fail=()):
         time.sleep(sleep)
         if spec.label in fail:
             raise RuntimeError(f"LLVM ERROR: cannot select {spec.label}")
-        md = {"name": "fake", "threads": 128, "shared": 0, "compiler": COMPILER}
-        return compile_mod.CompiledKernel(spec, arch, b"\x7fELF-fake-" + spec.label.encode(), md)
+        return fake_compiled(spec, arch)  # a well-formed object whose metadata agrees with the spec
 
     return compile_spec
 
@@ -258,8 +260,9 @@ def test_cli_progress_lines_and_json_summary(tmp_path, monkeypatch):
                                   "--json", "--progress-interval", "0.1"])  # fmt: skip
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert out["version"] == 1 and out["summary"]["built"] == out["total"] == 15 and out["summary"]["interrupted"] is False
-    assert "compile-all: 15/15 done (100%)" in r.stderr
+    n = len(sweep("smoke", arches=["sm_90"]))
+    assert out["version"] == 1 and out["summary"]["built"] == out["total"] == n and out["summary"]["interrupted"] is False
+    assert f"compile-all: {n}/{n} done (100%)" in r.stderr
 
 
 def test_ctrl_c_in_the_build_gives_a_summary_and_exit_130(tmp_path, monkeypatch):
@@ -291,6 +294,7 @@ def test_ctrl_c_in_the_build_gives_a_summary_and_exit_130(tmp_path, monkeypatch)
     monkeypatch.setattr(build_mod, "build", serial_build)
     r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "sm_90", "--cache", str(tmp_path / "c"), "--no-progress"])
     assert r.exit_code == 130, r.output
-    assert "compile-all INTERRUPTED: 15 kernels selected: 2 built" in r.stdout and "re-run" in r.stderr
+    n = len(sweep("smoke", arches=["sm_90"]))
+    assert f"compile-all INTERRUPTED: {n} kernels selected: 2 built" in r.stdout and "re-run" in r.stderr
     assert "Traceback" not in r.output and "Aborted" not in r.output
     assert not claim_files(tmp_path / "c")

@@ -155,6 +155,12 @@ def test_runtime_commands_run_without_triton(tmp_path):
 
         out = {}
         P = "n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1"
+        # readers never create a cache: a missing one is an environment error (exit 3)
+        res = CliRunner().invoke(main, ["cache", "ls"])
+        out["cache_ls_missing"] = {"code": res.exit_code, "stdout": res.stdout, "stderr": res.stderr, "exc": None}
+        import os
+        from skwgrad.cache import Cache
+        Cache(os.environ["SKWGRAD_CACHE"]).close()  # a writer creates it
         for name, args in [
             ("plan", ["plan", "--problem", P, "--json"]),
             ("cache_ls", ["cache", "ls"]),
@@ -177,6 +183,7 @@ def test_runtime_commands_run_without_triton(tmp_path):
     for name, res in out.items():
         assert res["exc"] is None, (name, res)
     assert out["plan"]["code"] == 0 and json.loads(out["plan"]["stdout"])["version"] == 1
+    assert out["cache_ls_missing"]["code"] == 3 and "no skwgrad cache" in out["cache_ls_missing"]["stderr"]
     assert out["cache_ls"]["code"] == 0, out["cache_ls"]
     assert out["doctor"]["code"] == 0
     doc = json.loads(out["doctor"]["stdout"])
