@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
+from skwgrad.abi.conv import ConvProblem
 from skwgrad.errors import LayoutError, ProblemError
 from skwgrad.launcher import layout as L
 from skwgrad.launcher.hostdata import STORAGE, DeviceArray

@@ -31,11 +31,11 @@ from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, launch_geometry
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS, resolve_pool
-from skwgrad.errors import AbiError, CacheError, ProblemError, SkwgradError
+from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import MAIN_FAMILIES, Kernel, Plan
 
-from skwgrad.abi.policy import (  # noqa: E402
+from skwgrad.abi.policy import (  # noqa: E402,F401  (the choices re-exported: one definition)
     AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SPLITK_ONLY, STREAMK_CHOICES,
 )  # fmt: skip
 
