@@ -136,23 +136,33 @@ class CommaChoice(click.ParamType):
         return "[" + ",".join(self.choices) + "]"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        items = [v.strip() for v in str(value).split(",")]
-        if not all(items):
-            self.fail(f"{value!r}: empty item in the comma list", param, ctx)
-        out = []
-        for v in items:
-            key = v if self.case_sensitive else v.lower()
-            if key not in self.choices:
-                near = _near(key, self.choices)
-                self.fail(
-                    f"{v!r} is not one of {', '.join(self.choices)}" + (f" (did you mean {near!r}?)" if near else ""),
-                    param, ctx,
-                )  # fmt: skip
-            if key not in out:
-                out.append(key)
-        return tuple(out)
+        return _comma_items(self, value, param, ctx, self._one)
+
+    def _one(self, v, param, ctx):
+        key = v if self.case_sensitive else v.lower()
+        if key not in self.choices:
+            near = _near(key, self.choices)
+            self.fail(
+                f"{v!r} is not one of {', '.join(self.choices)}" + (f" (did you mean {near!r}?)" if near else ""),
+                param, ctx,
+            )  # fmt: skip
+        return key
+
+
+def _comma_items(ptype, value, param, ctx, convert_one) -> tuple:
+    """A comma list's items, each through ``convert_one``, de-duplicated in order (a tuple
+    passes through: click converts defaults again)."""
+    if isinstance(value, tuple):
+        return value
+    items = [v.strip() for v in str(value).split(",")]
+    if not all(items):
+        ptype.fail(f"{value!r}: empty item in the comma list", param, ctx)
+    out = []
+    for v in items:
+        got = convert_one(v, param, ctx)
+        if got not in out:
+            out.append(got)
+    return tuple(out)
 
 
 def _near(value: str, choices: Sequence[str]) -> str | None:
@@ -182,17 +192,7 @@ class CommaList(click.ParamType):
         self.name = f"{item.name}[,...]"
 
     def convert(self, value, param, ctx):
-        if isinstance(value, tuple):
-            return value
-        items = [v.strip() for v in str(value).split(",")]
-        if not all(items):
-            self.fail(f"{value!r}: empty item in the comma list", param, ctx)
-        out = []
-        for v in items:
-            got = self.item.convert(v, param, ctx)
-            if got not in out:
-                out.append(got)
-        return tuple(out)
+        return _comma_items(self, value, param, ctx, self.item.convert)
 
 
 class Tile(click.ParamType):
