@@ -22,7 +22,6 @@ from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import launch_geometry  # noqa: E402
 from skwgrad.cli import main  # noqa: E402
 from skwgrad.errors import BackendError, ProblemError  # noqa: E402
-from skwgrad.launcher import api  # noqa: E402
 from skwgrad.launcher import backends as B  # noqa: E402
 from skwgrad.launcher import select  # noqa: E402
 
@@ -167,12 +166,7 @@ def test_doctor_counts_current_and_stale_entries(tmp_path, monkeypatch):
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    be = F.FakeBackend(cus=8, max_active=2)
-    cache = F.full_cache(dtype="fp32", dims=(2,), vecs=((1, 1), (4, 4)), path="/fake/cache")
-    monkeypatch.setattr(B, "get_backend", lambda device=None, kind=None: be)
-    monkeypatch.setattr(api, "open_cache", lambda c=None: cache)
-    api.clear_plans()
-    return be, cache
+    return F.fake_gpu_for_cli(monkeypatch)
 
 
 def test_run_from_cache_json_on_stdout_and_out_file(fake_gpu, tmp_path):

@@ -14,20 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_launcher_fakes as F  # noqa: E402
 
 from skwgrad.cli import main  # noqa: E402
-from skwgrad.launcher import api  # noqa: E402
-from skwgrad.launcher import backends as B  # noqa: E402
 
 PROBLEM = "n=2,c=16,k=16,h=12,w=12,y=3,x=3,padding=1,dtype=fp32"
 
 
 @pytest.fixture
 def env(monkeypatch):
-    be = F.FakeBackend(cus=8, max_active=2)
-    cache = F.full_cache(dtype="fp32", dims=(2,), vecs=((1, 1), (4, 4)), path="/fake/cache")
-    monkeypatch.setattr(B, "get_backend", lambda device=None, kind=None: be)
-    monkeypatch.setattr(api, "open_cache", lambda c=None: cache)
-    api.clear_plans()
-    return be, cache
+    return F.fake_gpu_for_cli(monkeypatch)
 
 
 def run(*args):

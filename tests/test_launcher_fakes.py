@@ -465,6 +465,20 @@ def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8))
     return c
 
 
+def fake_gpu_for_cli(monkeypatch):
+    """A fake device and an fp32 fake cache behind every backend and cache lookup of the API
+    and the CLI (run-from-cache tests)."""
+    from skwgrad.launcher import api
+    from skwgrad.launcher import backends as B
+
+    be = FakeBackend(cus=8, max_active=2)
+    cache = full_cache(dtype="fp32", dims=(2,), vecs=((1, 1), (4, 4)), path="/fake/cache")
+    monkeypatch.setattr(B, "get_backend", lambda device=None, kind=None: be)
+    monkeypatch.setattr(api, "open_cache", lambda c=None: cache)
+    api.clear_plans()
+    return be, cache
+
+
 def random_device_inputs(be: FakeBackend, p: ConvProblem, seed=0):
     rng = np.random.default_rng(seed)
     x = to_bits(rng.standard_normal(p.x_shape), p.dtype)
