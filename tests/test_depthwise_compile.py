@@ -6,7 +6,8 @@ spills, no flag traffic; plus what this family promises: no matrix instructions 
 the launch geometry (grid, ks_count rule, workspace) of the family."""
 
 import re
-import warnings
+import sys
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -17,6 +18,9 @@ from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.kernargs import declaration
 from skwgrad.abi.launch import DWCONV_MIN_STEPS, dwconv_geometry, dwconv_ks_count, grouped_ks_count, launch_geometry
 from skwgrad.abi.spec import KernelSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_kernels_compile import _build  # noqa: E402  (the same compile job, in a worker process)
 from skwgrad.aot.sweep import dwconv_specs, grouped_specs
 from skwgrad.errors import AbiError, ProblemError
 
@@ -45,15 +49,6 @@ def dw_specs():
         dws("workspace", "bf16", vec=4, bc=32, taps=16, br=16, mode="taps"),
     ]
     return out
-
-
-def _build(job):
-    spec, arch = job
-    warnings.filterwarnings("ignore")
-    from skwgrad.aot.compile import compile_spec
-
-    ck = compile_spec(spec, arch, keep_asm=True)
-    return spec, arch, ck.binary, ck.metadata
 
 
 ALL = [(s, a) for a in ARCHES for s in specs()]

@@ -57,6 +57,17 @@ def _bad(what: str, msg: str) -> DamagedEntryError:
     return DamagedEntryError(f"{printable(what)}: {msg}")
 
 
+def _record(r, kind: str, columns, name) -> str:
+    """The name of a row-like record (``name()``) once it is an object with known fields only."""
+    if not isinstance(r, dict):
+        raise DamagedEntryError(f"{kind} is a {type(r).__name__}, not an object")
+    what = name()
+    extra = sorted(set(r) - set(columns))
+    if extra:
+        raise _bad(what, f"unknown field(s) {printable(', '.join(map(str, extra)))[:200]}")
+    return what
+
+
 def want_sha(value, what: str) -> str:
     if not isinstance(value, str) or not HEX64.fullmatch(value):
         raise _bad(what, f"sha256 {printable(repr(value))[:80]} is not 64 lowercase hex digits")
@@ -248,12 +259,8 @@ def check_row(r, identity: tuple[str, str], max_object: int) -> tuple[dict | Non
     from skwgrad.abi.spec import KernelSpec
     from skwgrad.cache.store import compute_key, row_for
 
-    if not isinstance(r, dict):
-        raise DamagedEntryError(f"an entry is a {type(r).__name__}, not an object")
-    what = f"entry {printable(str(r.get('label')))[:120]} ({printable(str(r.get('key')))[:12]})"
-    extra = sorted(set(r) - set(ENTRY_COLUMNS))
-    if extra:
-        raise _bad(what, f"unknown field(s) {printable(', '.join(map(str, extra)))[:200]}")
+    what = _record(r, "an entry", ENTRY_COLUMNS,
+                   lambda: f"entry {printable(str(r.get('label')))[:120]} ({printable(str(r.get('key')))[:12]})")
     key = want_sha(r.get("key"), what)
     want_arch(r.get("arch"), what)
     compiler = want_text(r.get("compiler"), what, "compiler", 200)
@@ -319,12 +326,8 @@ def check_choice(choice, what: str) -> dict:
 
 
 def check_tuned(t) -> dict:
-    if not isinstance(t, dict):
-        raise DamagedEntryError(f"a tuned record is a {type(t).__name__}, not an object")
-    what = f"tuned record {printable(str(t.get('problem_key')))[:120]} on {printable(str(t.get('arch')))[:20]}"
-    extra = sorted(set(t) - set(TUNED_COLUMNS))
-    if extra:
-        raise _bad(what, f"unknown field(s) {printable(', '.join(map(str, extra)))[:200]}")
+    what = _record(t, "a tuned record", TUNED_COLUMNS,
+                   lambda: f"tuned record {printable(str(t.get('problem_key')))[:120]} on {printable(str(t.get('arch')))[:20]}")
     want_arch(t.get("arch"), what)
     want_int(t.get("cus"), what, "cus", 1, MAX_CUS)
     want_text(t.get("problem_key"), what, "problem_key")
