@@ -23,6 +23,7 @@ _LAZY = {
     "compile-all": "skwgrad.aot.commands:compile_all",
     "cache": "skwgrad.cache.commands:cache",
     "run-from-cache": "skwgrad.launcher.commands:run_from_cache",
+    "calibrate": "skwgrad.launcher.commands:calibrate_command",
 }
 
 

@@ -450,3 +450,71 @@ def test_cache_commands(cache, tmp_path):
     r = CliRunner().invoke(main, ["compile-all", "--preset", "smoke", "--arch", "gfx942", "--arch", "gfx950", "--dry-run", "--cache", str(cache.path)])
     n = len(sweep("smoke", arches=["gfx942", "gfx950"]))
     assert r.exit_code == 0 and f"{len(SMOKE) + 1} of {n}; a build would compile {n - len(SMOKE) - 1}" in r.output
+
+
+# -- the cost model's constants ------------------------------------------------------------------
+def _model(arch="gfx942", samples=10, scale=1.0):
+    from skwgrad.abi.costmodel import TERMS, CostModel
+
+    return CostModel(arch, tuple(scale * (i + 1) / 10 for i in range(len(TERMS))), source="fit", samples=samples)
+
+
+def test_cost_models_are_kept_per_arch_cus_and_build(cache, other_version):
+    assert cache.cost_model("gfx942", 304) is None
+    cache.remember_model("gfx942", 304, _model())
+    got = cache.cost_model("gfx942", 304)
+    assert got.constants == _model().constants and got.source == "cache" and got.samples == 10
+    assert cache.cost_model("gfx942", 80) is None and cache.cost_model("gfx950", 304) is None
+    other_version.source("1" * 64)
+    assert cache.cost_model("gfx942", 304) is None  # fitted to kernels of other sources
+    other_version.restore()
+    with cache._write() as conn:  # a record that does not parse is ignored, and said so
+        conn.execute("UPDATE models SET model_json = '{\"version\": 99}'")
+    with pytest.warns(UserWarning, match="calibrate"):
+        assert cache.cost_model("gfx942", 304) is None
+
+
+def test_export_import_carries_cost_models_and_keeps_the_better_fitted(cache, tmp_path):
+    cache.put(fake(SMOKE[0], "gfx942"))
+    cache.remember_model("gfx942", 304, _model(samples=50))
+    out = tmp_path / "e.tar"
+    assert cache.export(out)["models"] == 1
+    dst = Cache(tmp_path / "gpu")
+    r = dst.import_(out)
+    assert (r["models"], r["models_added"]) == (1, 1)
+    assert dst.cost_model("gfx942", 304).constants == _model(samples=50).constants
+    # a model fitted on more timings is not replaced by one fitted on fewer; the reverse is
+    dst.remember_model("gfx942", 304, _model(samples=80, scale=2.0))
+    assert dst.import_(out)["models_added"] == 0 and dst.cost_model("gfx942", 304).samples == 80
+    cache.remember_model("gfx942", 304, _model(samples=500, scale=3.0))
+    cache.export(out)
+    assert dst.import_(out)["models_added"] == 1 and dst.cost_model("gfx942", 304).constants == _model(scale=3.0).constants
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"model_json": "{}"}, "cost model"),
+    ({"model_json": '{"version": 1, "arch": "gfx942", "terms": ["x"], "constants": [1]}'}, "cost model"),
+    ({"arch": "gfx950"}, "not gfx950"),
+    ({"cus": 0}, "cus"),
+    ({"extra": 1}, "extra"),
+])  # fmt: skip
+def test_import_refuses_a_hostile_cost_model_record(cache, tmp_path, bad, match):
+    cache.put(fake(SMOKE[0], "gfx942"))
+    cache.remember_model("gfx942", 304, _model())
+    out = tmp_path / "e.tar"
+    cache.export(out)
+    with tarfile.open(out) as t:
+        members = [(m, t.extractfile(m).read()) for m in t]
+    manifest = json.loads(members[0][1])
+    manifest["models"][0].update(bad)
+    evil = tmp_path / "evil.tar"
+    with tarfile.open(evil, "w") as t:
+        for m, data in members:
+            if m.name == "manifest.json":
+                data = json.dumps(manifest).encode()
+                m.size = len(data)
+            t.addfile(m, io.BytesIO(data))
+    dst = Cache(tmp_path / "dst")
+    with pytest.raises(CacheError, match=match):
+        dst.import_(evil)
+    assert dst.entries(all_versions=True) == [] and dst.cost_model("gfx942", 304) is None

@@ -129,3 +129,36 @@ def test_tune_remembers_the_fastest_and_auto_then_runs_it(env, tmp_path):
     assert best is not None and best["us"] > 0
     (row,) = json.loads(out.read_text())["rows"]
     assert row["ok"] and row["key"] == best["key"]  # auto ran the remembered kernel
+
+
+def test_calibrate_fits_the_model_stores_it_and_selection_ranks_by_it(env, tmp_path):
+    be, cache = env
+    out = tmp_path / "cal.json"
+    probs = ["n=2,c=16,k=16,h=12,w=12,y=3,x=3,padding=1,dtype=fp32", "n=4,c=32,k=16,h=16,w=16,y=3,x=3,padding=1,dtype=fp32",
+             "n=1,c=16,k=32,h=20,w=20,y=1,x=1,dtype=fp32"]  # fmt: skip
+    args = ["calibrate", "--warmup", "1", "--iters", "2", "--out", str(out)]
+    for p in probs:
+        args += ["--problem", p]
+    r = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["stored"] is True and doc["samples"] == sum(1 for x in doc["rows"] if "us" in x and x["family"] in ("wgrad", "wgrad_sk"))
+    assert len(doc["problems"]) == 3 and all(p["tuned"]["us"] > 0 for p in doc["problems"])
+    assert {x["problem"] for x in doc["rows"]} == {p["problem"] for p in doc["problems"]}
+    assert all(x["spec"]["family"] == x["family"] for x in doc["rows"])
+    model = cache.cost_model("sm_90", 8)
+    assert model is not None and model.source == "cache" and model.samples == doc["samples"]
+    assert list(model.constants) == doc["model"]["constants"]
+    # the stored model is what selection now ranks by, for a problem that was never timed
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.launcher import select as S
+
+    fresh = parse_problem("n=3,c=16,k=16,h=9,w=9,y=3,x=3,padding=1,dtype=fp32")
+    ch = S.choose(fresh, cache, arch="sm_90", cus=8, use_tuned=False)
+    assert ch.reason.startswith("model (cache)")
+    # --dry-run stores nothing
+    cache2_before = cache.cost_model("sm_90", 8)
+    r = CliRunner().invoke(main, ["calibrate", "--problem", probs[0], "--dry-run", "--warmup", "0", "--iters", "1", "--json"],
+                           catch_exceptions=False)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert cache.cost_model("sm_90", 8) == cache2_before

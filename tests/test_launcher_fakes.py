@@ -79,11 +79,13 @@ def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int
 
 
 class FakeCache:
-    """In-memory cache with the real ``Cache``'s read API (find, get, load_binary, tuned, remember_tuned)."""
+    """In-memory cache with the real ``Cache``'s read API (find, get, load_binary, tuned, remember_tuned,
+    cost_model, remember_model)."""
 
     def __init__(self, path=None):
         self.path = path
         self._entries: dict[str, FakeEntry] = {}
+        self._models: dict = {}
         self._blobs: dict[str, bytes] = {}
         self._tuned: dict = {}
         self.loads = 0
@@ -122,6 +124,14 @@ class FakeCache:
 
     def tuned(self, arch, cus, problem_key):
         return self._tuned.get((arch, int(cus), problem_key))
+
+    def remember_model(self, arch, cus, model):
+        from skwgrad.abi.costmodel import CostModel
+
+        self._models[(arch, int(cus))] = CostModel.from_json(model.to_json(), source="cache")
+
+    def cost_model(self, arch, cus):
+        return self._models.get((arch, int(cus)))
 
 
 # ---------------------------------------------------------------------------------------------

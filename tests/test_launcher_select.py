@@ -1,6 +1,7 @@
-"""Selection rules (SPEC section 8): auto stream-K only with few tiles, a long reduction and
-sk_ctas > 0; the split-K degree formula; explicit modes and reductions; the widest admitted
-channel vectors; tuned choices; the missing-kernel message and its compile-all command."""
+"""Selection: the search space (split-K degrees, stream-K pools, no all-DP partitions), ranking by
+the cost model (deterministic, explained, the model's argmin on synthetic constants), explicit
+modes and reductions; the widest admitted channel vectors; tuned choices; the missing-kernel
+message and its compile-all command."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_launcher_fakes as F  # noqa: E402
 
 from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
+from skwgrad.abi.costmodel import TERMS, CostModel  # noqa: E402
 from skwgrad.abi.launch import launch_geometry  # noqa: E402
 from skwgrad.errors import ProblemError  # noqa: E402
 from skwgrad.launcher import select as S  # noqa: E402
+from skwgrad.launcher.options import LaunchOptions  # noqa: E402
 
 # 64x64 output channels over a long reduction: 9 tiles of 32x32 (C*Y*X = 64*9 = 576 -> 18 N tiles
 # x 2 M tiles = 36 with 32x32), iterations per tile = N*H*W / 32.
@@ -36,27 +39,56 @@ def test_problem_fixtures_are_what_the_tests_assume():
     assert t.num_tiles == 144 and t.iters_per_tile == 2
 
 
-def test_auto_picks_stream_k_for_few_tiles_over_a_long_reduction():
+def _model(**consts):
+    """A cost model whose only non-zero constants are ``consts`` (term name -> us per unit)."""
+    return CostModel("sm_90", tuple(float(consts.get(t, 0.0)) for t in TERMS), source="test")
+
+
+def test_auto_takes_the_candidate_the_model_predicts_fastest():
     c = F.full_cache()
-    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2))
-    assert ch.spec.family == "wgrad_sk"
-    assert (ch.spec.mode, ch.spec.variant) == ("dp_sk", "workspace")  # the seed's auto reduction
-    assert ch.pool == 32 and ch.stage2 is not None  # 4 CTAs per CU for workspace
-    geo = launch_geometry(FEW_LONG, "wgrad_sk", "workspace", bm=32, bn=32, bk=32, mode="dp_sk", pool=ch.pool)
-    assert geo.partition.sk_ctas > 0
-    assert "sk_ctas" in ch.reason
+    o = LaunchOptions()
+    for consts in ({"main_iter": 1.0}, {"launch": 1.0, "main_iter": 1e-6}, {"main_iter": 1.0, "fixup_serial": 1e3, "stage2": 1e3},
+                   {"epilogue": 1.0, "launch": 0.5}):  # fmt: skip
+        m = _model(**consts)
+        r = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=o, occupancy=occ(2), model=m)
+        preds = [ch.predicted_us for ch in r.choices]
+        assert preds == sorted(preds) and len(preds) > 10
+        for ch in r.choices:  # each prediction is the model's dot product of the launch's terms
+            assert ch.predicted_us == pytest.approx(sum(v * ch.terms.as_dict()[t] for t, v in consts.items()))
+        pick = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=m)
+        assert (pick.kernel.key, pick.pool, pick.ks_count) == (r.choices[0].kernel.key, r.choices[0].pool, r.choices[0].ks_count)
+        assert pick.reason.startswith("model (test):") and "runner-up" in pick.reason
+    # only the main loop's critical path counts: stream-K (balanced iterations) or the most splits
+    best = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(main_iter=1.0))
+    assert best.terms.path_iters == min(ch.terms.path_iters for ch in S.rank_choices(
+        FEW_LONG, c, arch="sm_90", cus=8, options=o, occupancy=occ(2), model=_model(main_iter=1.0)).choices)
+    # launches dominate: one kernel (direct split-K or a linear/tree stream-K), never a Stage-2
+    one = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(launch=1.0, main_iter=1e-6))
+    assert one.stage2 is None and one.spec.variant in ("direct", "linear", "tree")
+    # serial fix-ups and extra launches priced out: what is left is one direct split-K kernel
+    flat = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(main_iter=1.0, fixup_serial=1e3, launch=1e3))
+    assert (flat.spec.family, flat.spec.variant, flat.ks_count) == ("wgrad", "direct", 1)
 
 
-def test_auto_without_stage2_falls_to_linear():
+def test_ranking_is_deterministic_and_explains_rejections():
     c = F.full_cache()
-    c._entries = {k: e for k, e in c._entries.items() if e.spec.family != "stage2"}
-    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2))
-    assert (ch.spec.family, ch.spec.variant, ch.pool) == ("wgrad_sk", "linear", 8)
+    a = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=LaunchOptions(), occupancy=occ(2))
+    b = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=LaunchOptions(), occupancy=occ(2))
+    assert [(x.kernel.key, x.pool, x.ks_count) for x in a.choices] == [(x.kernel.key, x.pool, x.ks_count) for x in b.choices]
+    assert len({(x.kernel.key, x.pool, x.ks_count) for x in a.choices}) == len(a.choices)  # no duplicate launch
+    # without a Stage-2 reduce, workspace and two_stage kernels are rejected, with the reason
+    c2 = F.full_cache()
+    c2._entries = {k: e for k, e in c2._entries.items() if e.spec.family != "stage2"}
+    r = S.rank_choices(FEW_LONG, c2, arch="sm_90", cus=8, options=LaunchOptions(), occupancy=occ(2))
+    assert r.choices and all(x.spec.variant not in ("workspace", "two_stage") for x in r.choices)
+    assert any("Stage-2" in x.why for x in r.rejected)
+    # a waiting reduction is never offered a pool larger than what is co-resident
+    assert all(x.pool <= 2 * 8 for x in a.choices if x.spec.variant in ("linear", "tree"))
 
 
-def test_auto_keeps_split_k_when_the_partition_is_all_dp():
+def test_auto_never_launches_an_all_data_parallel_partition():
     """The seed's review finding: a one-tile shape whose iterations are fewer than the pool
-    resolves to an all-DP partition; auto must keep it on split-K."""
+    resolves to an all-DP partition (stream-K overheads, no stream-K work); auto never offers it."""
     p = parse_problem("n=1,c=8,k=32,h=64,w=136,y=2,x=2")  # 1 tile of 32x32, 63*135/32 -> 266 iterations
     t = p.tiling(32, 32, 32)
     assert t.num_tiles == 1 and S.SK_MIN_ITERS <= t.iters_per_tile < 4 * 80
@@ -67,44 +99,26 @@ def test_auto_keeps_split_k_when_the_partition_is_all_dp():
     c.add(F.stage2("bf16"))
     geo = launch_geometry(p, "wgrad_sk", "workspace", bm=32, bn=32, bk=32, mode="dp_sk", pool=4 * 80)
     assert geo.partition.sk_ctas == 0
-    ch = S.choose(p, c, arch="sm_90", cus=80)
-    assert ch.spec.family == "wgrad"
-    # With fewer CUs the same shape gets real stream-K work and auto takes it.
-    ch = S.choose(p, c, arch="sm_90", cus=40)
-    assert ch.spec.family == "wgrad_sk" and ch.pool == 160
+    r = S.rank_choices(p, c, arch="sm_90", cus=80, options=LaunchOptions())
+    sk = [x for x in r.choices if x.spec.family == "wgrad_sk"]
+    assert {x.pool for x in sk} == {80, 160, 240}  # 320 is all-DP
+    assert any("all data-parallel" in x.why for x in r.rejected)
+    # asked for, the pool is launched as given
+    ch = S.choose(p, c, arch="sm_90", cus=80, streamk="dp_sk", streamk_ctas=320)
+    assert ch.pool == 320
 
 
-def test_auto_uses_split_k_for_many_tiles_or_a_short_reduction():
+def test_split_k_degrees_cover_one_to_eight_ctas_per_cu():
     c = F.full_cache()
-    ch = S.choose(MANY_SHORT, c, arch="sm_90", cus=8, occupancy=occ(4))
-    assert ch.spec.family == "wgrad"
-    ch2 = S.choose(FEW_LONG, c, arch="sm_90", cus=4, occupancy=occ(4))  # 5 tiles >= 4 CUs
-    assert ch2.spec.family == "wgrad"
-
-
-@pytest.mark.parametrize("cus,occupancy,tiles,ipt,expect", [
-    (132, 2, 5, 256, 52),  # floor(2*132/5)
-    (132, 1, 5, 256, 26),
-    (8, 4, 144, 2, 1),  # more tiles than slots: one split
-    (132, 2, 1, 8, 8),  # clamped to the iterations
-])  # fmt: skip
-def test_split_k_degree_formula(cus, occupancy, tiles, ipt, expect):
-    c = F.full_cache()
-    p = {5: FEW_LONG, 144: MANY_SHORT, 1: parse_problem("n=1,c=8,k=32,h=17,w=17,y=2,x=2")}[tiles]
-    t = p.tiling(32, 32, 32)
-    assert (t.num_tiles, t.iters_per_tile) == (tiles, ipt)
-    ch = S.choose(p, c, arch="sm_90", cus=cus, streamk="off", occupancy=occ(occupancy))
-    assert ch.spec.family == "wgrad"
-    assert ch.ks_count == expect
-    assert ch.spec.variant == ("direct" if expect == 1 else "two_stage")
-    plan = ch.plan(p, F.FakeBackend(cus=cus, max_active=occupancy))
-    assert plan.ks_count <= expect
-
-
-def test_split_k_offline_occupancy_is_one():
-    c = F.full_cache()
-    ch = S.choose(FEW_LONG, c, arch="sm_90", cus=132, streamk="off")
-    assert ch.ks_count == 132 // 5
+    r = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=132, options=LaunchOptions(streamk="off"), occupancy=occ(2))
+    two = {x.ks_count for x in r.choices if x.spec.variant == "two_stage" and (x.spec.bm, x.spec.bn, x.spec.bk) == (32, 32, 32)}
+    want = {min(256, -(-m * 132 // 5)) for m in S.SPLITK_CTAS_PER_CU}  # 5 tiles: 27, 53, 80, ... splits
+    assert two == {-(-256 // -(-256 // n)) for n in want}  # as launched: empty trailing splits dropped
+    assert {x.ks_count for x in r.choices if x.spec.variant == "direct"} == {1}
+    short = S.rank_choices(MANY_SHORT, c, arch="sm_90", cus=8, options=LaunchOptions(streamk="off"), occupancy=occ(4))
+    assert {x.ks_count for x in short.choices if x.spec.variant == "two_stage"} <= {2}  # 2 iterations per tile
+    forced = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=LaunchOptions(reduction="two_stage", ks_count=5))
+    assert {x.ks_count for x in forced.choices} == {5}
 
 
 def test_explicit_modes_reductions_and_knobs():
@@ -167,12 +181,15 @@ def test_auto_never_trades_vector_width_for_stream_k():
     # compile-all builds stream-K at vec 1 and the widest width only; split-K also at (4, 4)
     few_long_odd = parse_problem("n=8,c=12,k=36,h=32,w=32,y=3,x=3,padding=1")  # C, K multiples of 4, not 8; 8 tiles of 32x32
     c = F.full_cache(vecs=((1, 1), (8, 8)))
-    assert S.choose(few_long_odd, c, arch="sm_90", cus=16, occupancy=occ(2)).spec.family == "wgrad_sk"  # v1 both ways
+    r = S.rank_choices(few_long_odd, c, arch="sm_90", cus=16, options=LaunchOptions(), occupancy=occ(2))
+    assert {x.spec.family for x in r.choices} == {"wgrad", "wgrad_sk"}  # v1 both ways: both are candidates
     for v in ("direct", "two_stage"):
         c.add(F.spec("wgrad", v, "bf16", vc=4, vk=4))
     ch = S.choose(few_long_odd, c, arch="sm_90", cus=16, occupancy=occ(2))
     assert (ch.spec.family, ch.spec.vec_c, ch.spec.vec_k) == ("wgrad", 4, 4)
-    assert "narrower channel vectors" in ch.reason
+    r = S.rank_choices(few_long_odd, c, arch="sm_90", cus=16, options=LaunchOptions(), occupancy=occ(2))
+    assert {x.spec.family for x in r.choices} == {"wgrad"}
+    assert any("narrower channel vectors" in x.why for x in r.rejected)
     # asked for explicitly, stream-K still runs at the width it has
     ch = S.choose(few_long_odd, c, arch="sm_90", cus=16, occupancy=occ(2), streamk="dp_sk")
     assert (ch.spec.family, ch.spec.vec_c) == ("wgrad_sk", 1)
@@ -299,8 +316,14 @@ def test_tune_times_every_candidate_and_remembers_the_fastest():
     c = F.full_cache(dims=(2,), vecs=((8, 8),))
     be = F.FakeBackend(cus=8, max_active=2)
     rows = S.tune(FEW_LONG, be, c, warmup=1, iters=3)
-    n = len(S.all_choices(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2)))
-    assert len(rows) == n == 8  # direct, two_stage, {dp_sk, persistent} x {linear, tree, workspace}
+    space = S.all_choices(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2))
+    assert len(rows) == len(space) > 8  # every (kernel, pool / ks_count) of the search space
+    assert {(r["family"], r["mode"], r["variant"]) for r in rows} == {
+        ("wgrad", "", "direct"), ("wgrad", "", "two_stage"),
+        *{("wgrad_sk", m, v) for m in ("dp_sk", "persistent") for v in ("linear", "tree", "workspace")},
+    }  # fmt: skip
+    top = S.tune(FEW_LONG, be, c, warmup=1, iters=3, top=3, remember=False)
+    assert {(r["key"], r["pool"], r["ks_count"]) for r in top} == {(x.kernel.key, x.pool, x.ks_count) for x in space[:3]}
     us = [r["us"] for r in rows if "us" in r]
     assert us == sorted(us)
     best = c.tuned("sm_90", 8, S.problem_key(FEW_LONG))

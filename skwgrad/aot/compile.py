@@ -8,8 +8,12 @@ needs global scratch is refused (the launcher passes those pointers as null).
 
 from __future__ import annotations
 
+import re
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
@@ -58,6 +62,25 @@ def compiler_identity() -> str:
     return COMPILER
 
 
+_RES_USAGE = re.compile(r"Function (\S+):\s*REG:(\d+) STACK:(\d+)")
+
+
+def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
+    """(registers, stack bytes) per thread of kernel ``name``, read by the CUDA toolkit's
+    ``cuobjdump -res-usage`` that ships with Triton's NVIDIA backend."""
+    import triton.backends.nvidia as nv
+
+    tool = Path(nv.__file__).parent / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory(prefix="skwgrad-res-") as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(cubin)
+        out = subprocess.run([str(tool), "-res-usage", str(f)], capture_output=True, text=True, timeout=60)
+    for fn, regs, stack in _RES_USAGE.findall(out.stdout):
+        if fn == name:
+            return int(regs), int(stack)
+    raise AbiError(f"cuobjdump -res-usage did not report kernel {name} ({out.returncode}: {out.stderr.strip()[:200]})")
+
+
 def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> CompiledKernel:
     import triton
     from triton.compiler import ASTSource
@@ -96,6 +119,7 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
         amd = None
         actual = [(p["offset"], p["size"]) for p in codeobject.ptx_params(compiled.asm["ptx"], name)]
         kernarg_size = None
+    regs, stack = (amd["vgpr_count"], amd["scratch_bytes"]) if amd else _cubin_resources(bytes(binary), name)
     tail = len(actual) - len(decl.args)
     if tail < 0:
         raise AbiError(f"{spec.label} on {arch}: the object has fewer kernargs than declared")
@@ -120,6 +144,8 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
         "flags_per_cta": spec.flags_per_cta(target.wave_size),
         "compiler": compiler_identity(),
         "compile_seconds": round(seconds, 3),
+        "regs": regs,  # per thread (AMD: VGPRs): what offline occupancy and the cost model read
+        "stack_bytes": stack,  # per thread: local stack / scratch, i.e. spills
         "amd": amd,
     }
     if keep_asm:

@@ -3,7 +3,7 @@
 Layout of a cache directory::
 
     skwgrad-cache.json      marker: this directory is a skwgrad cache, with its id
-    index.sqlite            entries / failures / tuned / meta tables (WAL journal)
+    index.sqlite            entries / failures / tuned / models / meta tables (WAL journal)
     objects/ab/abcdef...    one file per distinct code object, named by its sha256
     objects/tmp/            partial writes; a leftover here is a write a kill interrupted
     rows/12/1234...json     one record per entry (its index row), written before the row is
@@ -392,6 +392,11 @@ class Cache:
                         "source_hash": str, "choice_json": str, "time": float,
                     },
                     pk=("arch", "cus", "problem_key", "compiler", "source_hash"),
+                )  # fmt: skip
+            if "models" not in db.table_names():
+                db["models"].create(
+                    {"arch": str, "cus": int, "compiler": str, "source_hash": str, "model_json": str, "time": float},
+                    pk=("arch", "cus", "compiler", "source_hash"),
                 )  # fmt: skip
 
     def _meta(self, name: str) -> str | None:
@@ -843,6 +848,36 @@ class Cache:
             return self.system.tuned(arch, cus, problem_key)
         return None
 
+    # -- the cost model's constants ------------------------------------------------------------
+    def remember_model(self, arch: str, cus: int, model) -> None:
+        """Store the fitted cost model (``skwgrad.abi.costmodel.CostModel``) of (arch, CUs) in this
+        (the user) layer; selection then ranks by it instead of the built-in constants."""
+        compiler, source = _identity()
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO models (arch, cus, compiler, source_hash, model_json, time) VALUES (?, ?, ?, ?, ?, ?)",
+                [arch, int(cus), compiler, source, model.to_json(), time.time()],
+            )
+
+    def cost_model(self, arch: str, cus: int):
+        """The stored cost model of (arch, CUs) (the user layer's, else the system layer's), or
+        None. A record that does not parse is reported once and ignored."""
+        from skwgrad.abi.costmodel import CostModel
+
+        if "models" in self.db.table_names():
+            rows = self._rows(
+                "SELECT model_json FROM models WHERE arch = ? AND cus = ? AND compiler = ? AND source_hash = ?",
+                [arch, int(cus), *_identity()],
+            )
+            if rows:
+                try:
+                    return CostModel.from_json(rows[0]["model_json"], source="cache")
+                except SkwgradError:
+                    self._note_damaged(f"the stored cost model for {arch} ({cus} CUs) does not parse; run `skwgrad calibrate` to replace it")
+        if self.system is not None:
+            return self.system.cost_model(arch, cus)
+        return None
+
     # -- maintenance -------------------------------------------------------------------------
     def row_records(self) -> dict[str, Path]:
         """Row record files by key."""
@@ -1005,6 +1040,7 @@ class Cache:
             stale = conn.execute("DELETE FROM entries WHERE compiler != ? OR source_hash != ?", [compiler, source]).rowcount
             stale_f = conn.execute("DELETE FROM failures WHERE compiler != ? OR source_hash != ?", [compiler, source]).rowcount
             stale_t = conn.execute("DELETE FROM tuned WHERE compiler != ? OR source_hash != ?", [compiler, source]).rowcount
+            stale_m = conn.execute("DELETE FROM models WHERE compiler != ? OR source_hash != ?", [compiler, source]).rowcount
         for k in stale_keys:
             if _is_sha(k):
                 with contextlib.suppress(OSError):
@@ -1029,6 +1065,7 @@ class Cache:
             "stale_entries": stale,
             "stale_failures": stale_f,
             "stale_tuned": stale_t,
+            "stale_models": stale_m,
             "orphan_files": removed,
             "bytes_freed": freed,
         }

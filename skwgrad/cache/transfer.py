@@ -28,7 +28,7 @@ import urllib.parse
 from pathlib import Path
 
 from skwgrad.cache import store as S
-from skwgrad.cache.validate import ExportRefused, check_row, check_tuned, printable
+from skwgrad.cache.validate import ExportRefused, check_model, check_row, check_tuned, printable
 from skwgrad.errors import CacheError, DamagedEntryError, SkwgradError
 
 MAX_OBJECT = 64 << 20  # largest code object accepted (real ones are a few hundred KiB)
@@ -44,10 +44,14 @@ def _manifest(cache, arch, all_versions):
     rows = cache._entry_rows(arch, all_versions)
     sql = "SELECT * FROM tuned" + ("" if all_versions else " WHERE compiler = ? AND source_hash = ?")
     tuned = cache._rows(sql, [] if all_versions else list(S._identity()))
+    models = cache._rows(sql.replace("tuned", "models"), [] if all_versions else list(S._identity()))
+    if arch is not None:
+        tuned = [t for t in tuned if t["arch"] == arch]
+        models = [m for m in models if m["arch"] == arch]
     compiler, source = S._identity()
     return {
         "format": S.EXPORT_FORMAT, "version": S.EXPORT_VERSION, "created": time.time(),
-        "compiler": compiler, "source_hash": source, "entries": rows, "tuned": tuned,
+        "compiler": compiler, "source_hash": source, "entries": rows, "tuned": tuned, "models": models,
         "objects": {r["sha256"]: r["nbytes"] for r in rows},
     }  # fmt: skip
 
@@ -70,7 +74,7 @@ def export(cache, file, *, arch=None, all_versions=False) -> dict:
                 data = cache._read_object(r["sha256"], r["nbytes"], f"{printable(r['label'])} ({r['key'][:12]}) on {r['arch']}")
                 _add_bytes(tar, f"objects/{r['sha256']}", data)
                 done.add(r["sha256"])
-    return {"entries": len(rows), "objects": len(done), "tuned": len(manifest["tuned"]), "file": str(file)}
+    return {"entries": len(rows), "objects": len(done), "tuned": len(manifest["tuned"]), "models": len(manifest["models"]), "file": str(file)}
 
 
 def export_layout(cache, directory, *, arch=None, all_versions=False) -> dict:
@@ -89,7 +93,8 @@ def export_layout(cache, directory, *, arch=None, all_versions=False) -> dict:
             Path(tmp).write_bytes(data)
     with S._replacing(d / "manifest.json", dir=d, prefix=".manifest.", suffix=".part") as tmp:
         Path(tmp).write_bytes(json.dumps(manifest, sort_keys=True, indent=1).encode())
-    return {"entries": len(manifest["entries"]), "objects": len(manifest["objects"]), "tuned": len(manifest["tuned"]), "dir": str(d)}
+    return {"entries": len(manifest["entries"]), "objects": len(manifest["objects"]), "tuned": len(manifest["tuned"]),
+            "models": len(manifest["models"]), "dir": str(d)}  # fmt: skip
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes):
@@ -112,8 +117,8 @@ def _file_sha(p: Path) -> str:
 class Plan:
     """A validated manifest: rows to add, tuned records, the objects they need (sha -> size)."""
 
-    def __init__(self, rows, tuned, needed, skipped):
-        self.rows, self.tuned, self.needed, self.skipped = rows, tuned, needed, skipped
+    def __init__(self, rows, tuned, needed, skipped, models=()):
+        self.rows, self.tuned, self.needed, self.skipped, self.models = rows, tuned, needed, skipped, list(models)
 
 
 def check_manifest(manifest, source: str, *, max_object=MAX_OBJECT, max_total=MAX_TOTAL, select=None) -> Plan:
@@ -127,9 +132,9 @@ def check_manifest(manifest, source: str, *, max_object=MAX_OBJECT, max_total=MA
         raise refuse(f"manifest version {printable(repr(version))[:40]} is not a positive integer")
     if version > S.EXPORT_VERSION:
         raise ExportRefused(f"{printable(source)} was exported by a newer skwgrad (format version {version}); upgrade skwgrad to import it")
-    entries, tuned = manifest.get("entries"), manifest.get("tuned", [])
-    if not isinstance(entries, list) or not isinstance(tuned, list) or len(entries) > MAX_ENTRIES or len(tuned) > MAX_ENTRIES:
-        raise refuse("manifest 'entries' and 'tuned' must be lists (of at most a million items)")
+    entries, tuned, models = manifest.get("entries"), manifest.get("tuned", []), manifest.get("models", [])
+    if not all(isinstance(v, list) and len(v) <= MAX_ENTRIES for v in (entries, tuned, models)):
+        raise refuse("manifest 'entries', 'tuned' and 'models' must be lists (of at most a million items)")
     rows, skipped, needed, seen = [], [], {}, set()
     try:
         for raw in entries:
@@ -146,12 +151,13 @@ def check_manifest(manifest, source: str, *, max_object=MAX_OBJECT, max_total=MA
                 raise DamagedEntryError(f"object {row['sha256'][:16]}... is given two sizes")
             rows.append(row)
         checked_tuned = [check_tuned(t) for t in tuned]
+        checked_models = [check_model(m) for m in models]
     except DamagedEntryError as e:
         raise refuse(str(e)) from None
     total = sum(needed.values())
     if total > max_total:
         raise refuse(f"its objects total {total} bytes, over the limit of {max_total} (pass a larger limit if this is expected)")
-    return Plan(rows, checked_tuned, needed, skipped)
+    return Plan(rows, checked_tuned, needed, skipped, checked_models)
 
 
 def _read_limited(f, limit: int) -> bytes:
@@ -292,8 +298,31 @@ def _commit_rows(cache, conn, plan, source) -> dict:
             "INSERT OR IGNORE INTO tuned (arch, cus, problem_key, compiler, source_hash, choice_json, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [t["arch"], t["cus"], t["problem_key"], t["compiler"], t["source_hash"], t["choice_json"], t["time"]],
         ).rowcount
+    models_added = 0
+    for m in plan.models:
+        # one model per (arch, CUs, build): the one fitted on more timings wins; a tie keeps ours
+        have = conn.execute(
+            "SELECT model_json FROM models WHERE arch = ? AND cus = ? AND compiler = ? AND source_hash = ?",
+            [m["arch"], m["cus"], m["compiler"], m["source_hash"]],
+        ).fetchone()
+        if have is not None and _model_samples(have[0]) >= _model_samples(m["model_json"]):
+            continue
+        conn.execute(
+            "INSERT OR REPLACE INTO models (arch, cus, compiler, source_hash, model_json, time) VALUES (?, ?, ?, ?, ?, ?)",
+            [m["arch"], m["cus"], m["compiler"], m["source_hash"], m["model_json"], m["time"]],
+        )
+        models_added += 1
     return {"imported": imported, "already_present": kept, "objects": len(plan.needed), "tuned": len(plan.tuned),
-            "tuned_added": merged, "skipped": len(plan.skipped)}  # fmt: skip
+            "tuned_added": merged, "models": len(plan.models), "models_added": models_added, "skipped": len(plan.skipped)}  # fmt: skip
+
+
+def _model_samples(text: str) -> int:
+    from skwgrad.abi.costmodel import CostModel
+
+    try:
+        return CostModel.from_json(text).samples
+    except SkwgradError:
+        return -1  # a record we cannot read loses to any that we can
 
 
 # -- pull ------------------------------------------------------------------------------------

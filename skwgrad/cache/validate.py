@@ -146,6 +146,8 @@ def check_metadata(md: dict, spec, arch: str, what: str, *, current: bool) -> No
     want_int(md.get("shared"), what, "metadata shared", 0, a.lds_bytes_per_cu)
     want_int(md.get("flags_per_cta", 0), what, "metadata flags_per_cta", 0, 1 << 16)
     want_num(md.get("compile_seconds"), what, "metadata compile_seconds")
+    want_int(md.get("regs", 0), what, "metadata regs", 0, 1 << 12)
+    want_int(md.get("stack_bytes", 0), what, "metadata stack_bytes", 0, 1 << 24)
     ka = md.get("kernarg")
     if not isinstance(ka, dict):
         raise _bad(what, "metadata has no kernarg layout")
@@ -323,6 +325,30 @@ def check_choice(choice, what: str) -> dict:
         if isinstance(v, float) and not math.isfinite(v):
             raise _bad(what, f"choice field {k} is not finite")
     return choice
+
+
+MODEL_COLUMNS = ("arch", "cus", "compiler", "source_hash", "model_json", "time")
+
+
+def check_model(m) -> dict:
+    """A stored cost model record (``models`` table): the constants must parse as a cost model of
+    this version, for the record's arch."""
+    from skwgrad.abi.costmodel import CostModel
+
+    what = _record(m, "a cost model record", MODEL_COLUMNS, lambda: f"cost model record for {printable(str(m.get('arch')))[:20]}")
+    want_arch(m.get("arch"), what)
+    want_int(m.get("cus"), what, "cus", 1, MAX_CUS)
+    want_text(m.get("compiler"), what, "compiler", 200)
+    want_sha(m.get("source_hash"), what)
+    text = want_text(m.get("model_json"), what, "model_json", MAX_JSON)
+    try:
+        model = CostModel.from_json(text)
+    except SkwgradError as e:
+        raise _bad(what, str(e)) from None
+    if model.arch != m["arch"]:
+        raise _bad(what, f"its constants are for {printable(model.arch)[:20]}, not {m['arch']}")
+    tm = want_num(m.get("time"), what, "time", none_ok=False)
+    return {**{k: m[k] for k in MODEL_COLUMNS if k not in ("model_json", "time")}, "model_json": model.to_json(), "time": tm}
 
 
 def check_tuned(t) -> dict:

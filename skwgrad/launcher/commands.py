@@ -1,8 +1,10 @@
-"""``skwgrad run-from-cache``: run cached kernels on the GPU, verify them and time them. Never compiles."""
+"""``skwgrad run-from-cache``: run cached kernels on the GPU, verify them and time them; ``skwgrad calibrate``: fit
+the cost model to timings of this GPU. Neither compiles."""
 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import math
 import os
@@ -267,3 +269,72 @@ def run_from_cache(problem_texts, corpus, arches, streamk, reductions, streamk_c
         bad = sum(1 for r in rows if r.get("error") or r.get("ok") is False)
         click.echo(f"{bad} of {len(rows)} row(s) failed", err=True)
         sys.exit(EXIT_CHECK_FAILED)
+
+
+@click.command("calibrate")
+@click.option("--problem", "problem_texts", multiple=True, help="a problem to time (repeatable)")
+@click.option("--corpus", "corpora", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="corpus CSV(s) of problems to time (repeatable)")  # fmt: skip
+@clikit.cache_option
+@click.option("--warmup", type=click.IntRange(min=0, max=1000), default=3, show_default=True)
+@click.option("--iters", type=click.IntRange(min=1, max=10_000), default=20, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--dry-run", is_flag=True, help="time and fit, but store neither the tuned choices nor the model")
+@clikit.json_option
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="write the JSON document (every timed candidate, the fit, per-problem picks) to this file")
+def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dry_run, as_json, out_path):
+    """Time the whole search space of each problem on this GPU, remember each fastest choice, fit
+    the cost model's constants to the timings and store them with the cache: selection then ranks
+    every problem (also ones never timed) by the fitted model. `cache export` carries both.
+
+    Exit codes: 0 done, 1 nothing could be timed, 2 usage, 3 environment (no GPU, unusable cache)."""
+    from skwgrad import __version__
+    from skwgrad.launcher.api import open_cache
+    from skwgrad.launcher.backends import get_backend
+    from skwgrad.launcher.select import calibrate
+
+    if not problem_texts and not corpora:
+        raise click.UsageError("give --problem (repeatable) or --corpus FILE")
+    problems = _problems(problem_texts, None)
+    for c in corpora:
+        problems += _problems((), c)
+    backend = get_backend()
+    cache = open_cache(cache_dir)
+    names = {}
+    for name, _, p in problems:
+        names.setdefault(p.describe(), name)
+    uniq = {p.describe(): p for _, _, p in problems}
+    timed_rows = []
+
+    def progress(p, rows):
+        ok = [r for r in rows if "us" in r]
+        click.echo(clikit.escape(f"{names[p.describe()]}: {len(rows)} candidates" + (f", fastest {ok[0]['us']:.1f} us" if ok else "")), err=True)
+        for r in rows:
+            timed_rows.append({"name": names[p.describe()], "problem": p.describe(), **r,
+                               "spec": cache.get(r["key"]).spec.to_dict()})  # fmt: skip
+
+    try:
+        got = calibrate(list(uniq.values()), backend, cache, warmup=warmup, iters=iters, seed=seed, remember=not dry_run,
+                        on_problem=progress)  # fmt: skip
+    except SkwgradError as e:
+        click.echo(clikit.escape(str(e)), err=True)
+        sys.exit(EXIT_CHECK_FAILED)
+    model = got["model"]
+    doc = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
+        "skwgrad": __version__, "commit": _git_commit(), "cache": str(getattr(cache, "path", "")),
+        "stored": not dry_run, "model": json.loads(model.to_json()), "samples": got["samples"],
+        "problems": [{"name": names.get(r["problem"], ""), **r} for r in got["problems"]], "rows": timed_rows,
+    }  # fmt: skip
+    if out_path:
+        clikit.write_json(out_path, doc)
+    if as_json:
+        clikit.emit_json(doc)
+    else:
+        within = [r for r in got["problems"] if r.get("model_over_tuned") is not None]
+        good = sum(1 for r in within if r["model_over_tuned"] <= 1.05)
+        click.echo(f"fitted {len(model.constants)} constants to {got['samples']} timings (geomean |error| {model.fit_error:.1%}); "
+                   f"the model's pick is within 5% of the fastest on {good} of {len(within)} problems"
+                   + ("" if dry_run else "; stored with the cache"))  # fmt: skip

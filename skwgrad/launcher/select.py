@@ -1,27 +1,29 @@
-"""Which cached kernel runs a problem, with which pool or split-K degree.
+"""Which cached kernel runs a problem, with which pool or split-K degree: policy + search.
 
 Candidates: the cache's entries for the device's arch whose spec admits the problem
 (``KernelSpec.check_problem``: dtype, dW dtype, fp32 precision, 2-D/3-D, pointwise addressing,
-channel alignment), narrowed to the widest channel vectors (``vec_c``, ``vec_k``) available, and the
-pointwise kernel when the problem is pointwise. Tiles are ranked by a coarse model (padded work
-per CTA slot, in waves); ``tune`` replaces the model by measurements.
+channel alignment), narrowed to the widest channel vectors (``vec_c``, ``vec_k``) per family
+(``skwgrad.abi.narrow``, the rule ``compile-all --corpus`` builds by).
 
-``streamk="auto"`` (SPEC section 8): stream-K when the candidate's tiling gives few tiles over a
-long reduction (``num_tiles < CUs`` and ``iters_per_tile >= SK_MIN_ITERS``) **and** the partition
-of the pool it would launch with has ``sk_ctas > 0`` (an all-DP partition would only pay the
-stream-K overheads) **and** the cache holds stream-K at the widest channel vectors split-K has
-for the problem (auto never trades vector width for stream-K); otherwise split-K with ``ks_count = floor(occupancy * CUs / num_tiles)``
-clamped to ``[1, iters_per_tile]`` (occupancy: max active CTAs per CU of the kernel, from the
-backend; 1 offline). The auto reduction follows the seed: ``workspace`` (never waits, so it gets
-the 4-CTAs-per-CU pool) when its Stage-2 is cached, then ``linear``, ``tree``, ``atomic``; split-K
-uses ``direct`` for one split and ``two_stage`` (deterministic) or ``atomic`` (fp32 dW) for more.
-A choice remembered by ``tune`` for (arch, CUs, problem) wins over all of this.
+``choose`` takes, in order: a tuned record for (arch, CUs, problem) when the request is all
+``auto`` (``tune``, ``--tune``, tune-on-first-use); the depthwise (``dwconv``) or packed-group
+(``grouped``) family when it applies; else the search. The search (``rank_choices``) lists every
+(kernel, launch setting) the request allows: split-K at ``direct`` (one split) and the reducing
+epilogues at split degrees for 1..8 CTAs per CU over the tiles, stream-K at pools of 1..4 CTAs
+per CU (waiting reductions only up to what is co-resident; partitions with no stream-K work
+dropped), and ranks them by the cost model's predicted time (``skwgrad.abi.costmodel``: the
+constants calibrated into the cache for the device, else the arch's built-in ones). What could
+not launch is kept as structured ``Rejected`` reasons, which the missing-kernel errors and
+``skwgrad plan`` print. The SPEC's section-8 rule (stream-K for few tiles over a long reduction,
+the ``ks_count`` formula, four workspace CTAs per CU) was the starting point; the H200 timings
+replaced it by the measured model (benchmarks/RESULTS.md).
 
 Every grid, partition and workspace size comes from ``skwgrad.abi.launch.launch_geometry``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -29,14 +31,17 @@ from dataclasses import dataclass
 from skwgrad.abi import narrow
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, launch_geometry
-from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS, resolve_pool
+from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, offline_occupancy
+from skwgrad.abi.costmodel import terms as cost_terms
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, launch_geometry
+from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import MAIN_FAMILIES, Kernel, Plan
 
 from skwgrad.abi.policy import (  # noqa: E402,F401  (the choices re-exported: one definition)
-    AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SPLITK_ONLY, STREAMK_CHOICES,
+    AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SK_POOL_CTAS_PER_CU, SPLITK_CTAS_PER_CU,
+    SPLITK_ONLY, STREAMK_CHOICES,
 )  # fmt: skip
 
 
@@ -53,6 +58,9 @@ class Choice:
     ks_count: int = 1  # split-K degree (1 for stream-K)
     stage2: Kernel | None = None
     reason: str = ""
+    predicted_us: float | None = None  # the cost model's prediction (dense families)
+    terms: object = dataclasses.field(default=None, repr=False, compare=False)  # costmodel.Terms
+    occupancy: int = 0  # CTAs per CU the prediction assumed (0: not ranked)
 
     @property
     def spec(self):
@@ -79,6 +87,7 @@ class Choice:
             "pool": self.pool,
             "ks_count": self.ks_count,
             "stage2_key": self.stage2.key if self.stage2 else None,
+            **({"predicted_us": round(self.predicted_us, 3), "occupancy": self.occupancy} if self.predicted_us is not None else {}),
         }
 
 
@@ -152,20 +161,6 @@ def _narrower_streamk(cache, arch: str, problem: ConvProblem, tile) -> bool:
     return max(_width_key(k, problem) for k in sk) < max(_width_key(k, problem) for k in sp)
 
 
-def _cost(k: Kernel, problem: ConvProblem, cus: int) -> tuple:
-    """Coarse time model for ranking tiles: waves x per-CTA work (padded MACs), then larger tiles."""
-    s = k.spec
-    t = problem.tiling(s.bm, s.bn, s.bk)
-    ks = max(1, min(cus // t.num_tiles, t.iters_per_tile))
-    waves = math.ceil(t.num_tiles * ks / cus)
-    per_cta = math.ceil(t.iters_per_tile / ks) * s.bm * s.bn * s.bk
-    return (waves * per_cta, -(s.bm * s.bn), -s.bk, s.num_warps, s.num_stages, k.label)
-
-
-def rank(kernels: list[Kernel], problem: ConvProblem, cus: int) -> list[Kernel]:
-    return sorted(kernels, key=lambda k: _cost(k, problem, cus))
-
-
 def find_stage2(cache, arch: str, dw_dtype: str) -> Kernel | None:
     for e in cache.find(arch, family="stage2", dw_dtype=dw_dtype):
         if e.spec is not None and e.spec.block == STAGE2_BLOCK:
@@ -212,29 +207,25 @@ def _no_kernel(problem, arch, what: str, *, cache=None, hint: str = "", **reques
 
 
 # ---------------------------------------------------------------------------------------------
-# Choosing
+# Choosing: policy (the requests a launch may take) + search (the model ranks what is launchable)
 # ---------------------------------------------------------------------------------------------
-def _occ(occupancy, k: Kernel) -> int:
-    return max(1, int(occupancy(k))) if occupancy else 1
+def _occ(occupancy, k: Kernel, arch: str) -> int:
+    if occupancy is not None:
+        return max(1, int(occupancy(k)))
+    return offline_occupancy(k.metadata, arch)
 
 
-def _ks_formula(problem: ConvProblem, k: Kernel, cus: int, occ: int) -> int:
-    """``floor(occupancy * CUs / num_tiles)`` clamped to ``[1, iters_per_tile]``."""
-    s = k.spec
-    t = problem.tiling(s.bm, s.bn, s.bk)
-    return max(1, min(occ * cus // t.num_tiles, t.iters_per_tile))
-
-
-def _splitk_ks(problem: ConvProblem, k: Kernel, cus: int, occ: int) -> int:
-    """The formula's degree, as the kernel's epilogue can take it (the depthwise and packed-group
-    families size theirs in ``skwgrad.abi.launch``)."""
-    s = k.spec
+def _family_ks(problem: ConvProblem, s, cus: int) -> int:
+    """The split-K degree rule of the depthwise and packed-group families (``skwgrad.abi.launch``)."""
     if s.family == "dwconv":
-        ks = dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus)
-    elif s.family == "grouped":
-        ks = grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
-    else:
-        ks = _ks_formula(problem, k, cus, occ)
+        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus)
+    return grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
+
+
+def _special_ks(problem: ConvProblem, k: Kernel, cus: int) -> int:
+    """That degree, as kernel ``k``'s epilogue can take it."""
+    s = k.spec
+    ks = _family_ks(problem, s, cus)
     if s.variant == "direct":
         return 1
     if s.variant == "two_stage":
@@ -242,30 +233,178 @@ def _splitk_ks(problem: ConvProblem, k: Kernel, cus: int, occ: int) -> int:
     return ks
 
 
-def _streamk_choice(problem, k: Kernel, cus, streamk_ctas, occupancy, stage2, *, forced: bool):
-    """(Choice, None) if stream-K should run with ``k``, else (None, why not)."""
+def _splitk_degrees(problem: ConvProblem, k: Kernel, cus: int, o: LaunchOptions) -> list[int]:
+    """Split-K degrees the search tries for kernel ``k``: the forced one, else 1 for ``direct``
+    and, for the reducing epilogues, enough splits for 1..8 CTAs per CU over the tiles
+    (``SPLITK_CTAS_PER_CU``), within [2, iterations per tile] and the replica bound."""
     s = k.spec
-    pool = resolve_pool(streamk_ctas, cus, s.variant)
-    if s.variant in ("workspace",) and stage2 is None:
-        return None, "no Stage-2 reduce cached"
-    geo = launch_geometry(
-        problem, s.family, s.variant, bm=s.bm, bn=s.bn, bk=s.bk, mode=s.mode, pool=pool,
-        flags_per_cta=s.flags_per_cta(int(k.metadata["threads"]) // s.num_warps) or None,
-    )  # fmt: skip
-    t, part = geo.tiling, geo.partition
-    if s.variant in WAITING_REDUCTIONS and occupancy is not None and part.sk_ctas:
-        if pool > _occ(occupancy, k) * cus:
-            return None, f"pool {pool} exceeds co-resident CTAs"
-    if forced:
-        return Choice(k, pool=pool, stage2=stage2 if geo.workspace.needs_stage2 else None, reason="forced stream-K"), None
-    if t.num_tiles >= cus:
-        return None, f"{t.num_tiles} tiles >= {cus} CUs"
-    if t.iters_per_tile < SK_MIN_ITERS:
-        return None, f"{t.iters_per_tile} iterations per tile < {SK_MIN_ITERS}"
-    if part.sk_ctas == 0:
-        return None, "the partition is all data-parallel (sk_ctas = 0)"
-    why = f"{t.num_tiles} tiles < {cus} CUs, {t.iters_per_tile} iterations per tile, sk_ctas = {part.sk_ctas}"
-    return Choice(k, pool=pool, stage2=stage2 if geo.workspace.needs_stage2 else None, reason=why), None
+    t = (grouped_packed(problem, s.block) if s.family == "grouped" else problem).tiling(s.bm, s.bn, s.bk)
+    if o.ks_count is not None:
+        if s.variant == "direct" and o.ks_count != 1:
+            return []
+        return [min(o.ks_count, t.iters_per_tile)]
+    if s.variant == "direct":
+        return [1]
+    top = t.iters_per_tile
+    if s.variant == "two_stage":
+        top = min(top, (I32_MAX - 255) // (4 * problem.dw_numel))
+    out = sorted({max(2, min(math.ceil(m * cus / t.num_tiles), top)) for m in SPLITK_CTAS_PER_CU})
+    return [n for n in out if 2 <= n <= top]
+
+
+def _pools(k: Kernel, cus: int, occ: int, o: LaunchOptions) -> list[int]:
+    """Stream-K pools the search tries: the forced one, else 1..4 CTAs per CU
+    (``SK_POOL_CTAS_PER_CU``); a waiting reduction only up to what is co-resident."""
+    if o.streamk_ctas != -1:
+        return [o.streamk_ctas]
+    per_cu = [m for m in SK_POOL_CTAS_PER_CU if k.spec.variant not in WAITING_REDUCTIONS or m <= occ]
+    return [m * cus for m in per_cu]
+
+
+def _geometry(problem: ConvProblem, s, threads: int, **setting):
+    """The launch geometry of a dense kernel (spec ``s``, ``threads`` per CTA) at one pool or
+    split-K degree, with the flags its linear/tree CTAs publish (``KernelSpec.flags_per_cta``)."""
+    return launch_geometry(problem, s.family, s.variant, bm=s.bm, bn=s.bn, bk=s.bk, mode=s.mode,
+                           flags_per_cta=s.flags_per_cta(threads // s.num_warps) or None,
+                           groups_per_tile=s.block if s.family == "grouped" else 0, **setting)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A kernel (or one launch of it) the search could not take, and why."""
+
+    label: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.why}"
+
+
+@dataclass
+class Ranking:
+    """Every launchable candidate of a request, best predicted first, and what was rejected."""
+
+    choices: list
+    rejected: list
+    model: CostModel | None = None
+
+    def best(self) -> Choice | None:
+        return self.choices[0] if self.choices else None
+
+
+def model_for(cache, arch: str, cus: int) -> CostModel:
+    """The cost model selection ranks by: the one calibrated into the cache for (arch, CUs), else
+    the built-in constants of the arch (``skwgrad.abi.costmodel.builtin``)."""
+    stored = cache.cost_model(arch, cus) if hasattr(cache, "cost_model") else None
+    return stored if stored is not None else builtin(arch)
+
+
+def _families(o: LaunchOptions, problem: ConvProblem | None = None) -> tuple[str, ...]:
+    """The modelled families a request may take: split-K, stream-K, and the packed-group kernels
+    (split-K on the packed problem) for few channels per group."""
+    packed = ("grouped",) if problem is not None and grouped_applies(problem) and o.tile is None else ()
+    if o.streamk in MODES or o.reduction in SK_ONLY or o.streamk_ctas != -1:
+        return ("wgrad_sk",)
+    if o.streamk == "off" or o.ks_count is not None or o.reduction in SPLITK_ONLY:
+        return ("wgrad", *packed)
+    return ("wgrad", "wgrad_sk", *packed)
+
+
+def grouped_applies(problem: ConvProblem) -> bool:
+    """Few channels per group: the packed-group kernels can run it (``skwgrad.abi.launch``)."""
+    return problem.g > 1 and (problem.c, problem.k) != (1, 1) and max(problem.c, problem.k) <= 16
+
+
+def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: LaunchOptions, occupancy=None,
+                 exclude=frozenset(), model: CostModel | None = None) -> Ranking:  # fmt: skip
+    """The search: every (kernel, pool or ks_count) of the dense families that ``options`` allow,
+    at the widest cached channel vectors, that can launch, ranked by the cost model's predicted
+    time (ties: label, then pool/ks_count, so the order is deterministic)."""
+    o = options
+    model = model or model_for(cache, arch, cus)
+    stage2 = find_stage2(cache, arch, problem.dw_dtype)
+    fams = _families(o, problem)
+    tile = tuple(o.tile) if o.tile is not None else None
+    rejected: list[Rejected] = []
+    kernels = []
+    for fam in fams:
+        ks = [k for k in candidates(cache, arch, problem, family=fam, tile=tile, exclude=exclude)]
+        if o.streamk in MODES:
+            ks = [k for k in ks if k.spec.mode == o.streamk]
+        if o.reduction != "auto":
+            ks = [k for k in ks if k.spec.variant == o.reduction]
+        for k in ks:
+            if not o.allows(k.spec.variant):
+                rejected.append(Rejected(k.label, f"{k.spec.variant} is not deterministic"))
+        kernels += widest([k for k in ks if o.allows(k.spec.variant)], problem)
+    if "wgrad_sk" in fams and "wgrad" in fams and _narrower_streamk(cache, arch, problem, tile):
+        # Scalar loads cost far more than stream-K saves (H200, C=100/K=60: vec-1 stream-K 339 us,
+        # vec-4 split-K 27 us): auto never trades vector width for stream-K.
+        for k in kernels:
+            if k.spec.family == "wgrad_sk":
+                rejected.append(Rejected(k.label, "stream-K is cached only at narrower channel vectors than split-K"))
+        kernels = [k for k in kernels if k.spec.family != "wgrad_sk"]
+    out = []
+    for k in kernels:
+        s = k.spec
+        if s.variant in ("two_stage", "workspace") and stage2 is None:
+            rejected.append(Rejected(k.label, f"no Stage-2 reduce ({problem.dw_dtype}) cached"))
+            continue
+        if s.variant == "atomic" and problem.dw_dtype != "fp32":
+            rejected.append(Rejected(k.label, "atomic accumulates into dW, which must be fp32"))
+            continue
+        occ = _occ(occupancy, k, arch)
+        if s.family == "wgrad_sk":
+            settings = [dict(pool=p) for p in _pools(k, cus, occ, o)]
+        elif s.family == "grouped" and o.ks_count is None:  # the family's own degree, and the search's
+            settings = [dict(ks_count=n) for n in sorted({_special_ks(problem, k, cus), *_splitk_degrees(problem, k, cus, o)})]
+        else:
+            settings = [dict(ks_count=n) for n in _splitk_degrees(problem, k, cus, o)]
+        if not settings:
+            rejected.append(Rejected(k.label, "no split-K degree or pool of the request fits it"))
+        for st in settings:
+            try:
+                geo = _geometry(problem, s, int(k.metadata["threads"]), **st)
+            except ProblemError as e:
+                rejected.append(Rejected(k.label, f"{st}: {e}"))
+                continue
+            part = geo.partition
+            if part is not None:
+                if s.variant in WAITING_REDUCTIONS and part.sk_ctas and part.pool > occ * cus:
+                    rejected.append(Rejected(k.label, f"pool {part.pool} exceeds the {occ * cus} co-resident CTAs a waiting reduction needs"))
+                    continue
+                if part.sk_ctas == 0 and o.streamk_ctas == -1 and o.streamk not in MODES and o.reduction == "auto":
+                    rejected.append(Rejected(k.label, f"pool {part.pool}: the partition is all data-parallel (sk_ctas = 0)"))
+                    continue
+            t = cost_terms(problem, s, geo, arch=arch, compute_units=cus, occupancy=occ,
+                           stack_bytes=int(k.metadata.get("stack_bytes", 0)))  # fmt: skip
+            us = model.predict(t)
+            out.append(Choice(k, pool=st.get("pool", 0), ks_count=geo.ks_count if s.family != "wgrad_sk" else 1,
+                              stage2=stage2 if geo.workspace.needs_stage2 else None, predicted_us=us,
+                              terms=t, occupancy=occ))  # fmt: skip
+    out.sort(key=lambda c: (c.predicted_us, c.kernel.label, c.pool, c.ks_count))
+    seen, ranked = set(), []
+    for c in out:  # one launch per (kernel, pool, ks_count): two settings can resolve alike
+        key = (c.kernel.key, c.pool, c.ks_count)
+        if key not in seen:
+            seen.add(key)
+            ranked.append(c)
+    return Ranking(ranked, rejected, model)
+
+
+def _describe(c: Choice) -> str:
+    how = f"pool {c.pool}" if c.spec.family == "wgrad_sk" else f"ks_count {c.ks_count}"
+    return f"{c.kernel.label} {how}"
+
+
+def _with_reason(c: Choice, ranking: Ranking) -> Choice:
+    m = ranking.model
+    top = ", ".join(f"{n} {v:.1f}" for n, v in list(m.explain(c.terms).items())[:3])
+    reason = f"model ({m.source}): {c.predicted_us:.1f} us predicted [{top}]"
+    if len(ranking.choices) > 1:
+        r = ranking.choices[1]
+        reason += f"; runner-up {_describe(r)} {r.predicted_us:.1f} us"
+    return dataclasses.replace(c, reason=reason)
 
 
 def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice | None:
@@ -285,21 +424,21 @@ def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice |
             stage2 = Kernel.from_entry(cache.get(got["stage2_key"]), cache)
         return Choice(k, pool=int(got.get("pool", 0)), ks_count=int(got.get("ks_count", 1)), stage2=stage2, reason="tuned")
     except (KeyError, TypeError, ValueError, SkwgradError):
-        return None  # stale or foreign record: fall back to the rules
+        return None  # stale or foreign record: fall back to the model
 
 
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
-    kernels. dwconv: the smallest cached tap count that holds the filter, the widest channel
-    vectors; grouped: the best fill of the packed M tile (GB * K of BM), fewer groups on ties.
-    Split-K degree from the family's own rule; ``direct`` at one split, else the epilogue."""
+    kernels (the cost model does not cover these families). dwconv: the smallest cached tap
+    count that holds the filter, the widest channel vectors; grouped: the best fill of the packed
+    M tile (GB * K of BM), fewer groups on ties. Split-K degree from the family's own rule;
+    ``direct`` at one split, else the epilogue."""
     if o.reduction not in ("auto", *SPLITK_EPILOGUES, "workspace"):
         return None
-    depthwise = (problem.c, problem.k) == (1, 1)
-    family = "dwconv" if depthwise else "grouped" if problem.g > 1 and max(problem.c, problem.k) <= 16 else None
-    if family is None:
+    if (problem.c, problem.k) != (1, 1):
         return None
+    family = "dwconv"
     ks_all = [k for k in candidates(cache, arch, problem, family=family, exclude=exclude) if o.allows(k.spec.variant)]
     ks_all = narrow.widest(ks_all, problem, spec_of=lambda k: k.spec)
     if not ks_all:
@@ -313,11 +452,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     ks_all.sort(key=rank_key)
     lead = ks_all[0]
     same_config = [k for k in ks_all if rank_key(k)[:2] == rank_key(lead)[:2]]
-    ls = lead.spec
-    if family == "dwconv":
-        n = dwconv_ks_count(problem, bc=ls.bm, br=ls.bk, compute_units=cus)
-    else:
-        n = grouped_ks_count(problem, gb=ls.block, bm=ls.bm, bn=ls.bn, bk=ls.bk, compute_units=cus)
+    n = _family_ks(problem, lead.spec, cus)
     if o.reduction != "auto":
         prefs = (o.reduction,)
     elif n == 1:
@@ -350,102 +485,67 @@ def choose(
     occupancy=None,
     use_tuned: bool = True,
     exclude=frozenset(),
+    model: CostModel | None = None,
     **option_fields,
 ) -> Choice:
     """The kernel and launch settings for ``problem`` on a device of ``arch`` with ``cus`` CUs,
     under ``options`` (a ``LaunchOptions``, or its fields as keywords: validated once, there).
 
-    ``occupancy(kernel) -> max active CTAs per CU`` (from the backend); None means 1 and skips
-    the co-residency screen (offline)."""
+    In order: a tuned record for (arch, CUs, problem) when the request is all ``auto``; the
+    depthwise / packed-group family when it applies; else the best-ranked launchable candidate
+    of ``rank_choices`` (the cost model's prediction). ``occupancy(kernel) -> max active CTAs
+    per CU`` (from the backend); None estimates it from the kernel's metadata (offline)."""
     if options is None:
         options = LaunchOptions(**option_fields)
     elif option_fields:
         raise ProblemError(f"pass either options= or option keywords ({', '.join(sorted(option_fields))}), not both")
     o = options
-    streamk, reduction, streamk_ctas, tile, ks_count = o.streamk, o.reduction, o.streamk_ctas, o.tile, o.ks_count
-    if reduction == "atomic" and problem.dw_dtype != "fp32":
+    if o.reduction == "atomic" and problem.dw_dtype != "fp32":
         raise ProblemError(
             f"the atomic reduction accumulates into dW, which must be fp32; this problem's dW is {problem.dw_dtype} "
             f"(ask for fp32 dW, or use another reduction)"
         )
-    tile = tuple(tile) if tile is not None else None
-    if use_tuned and streamk == "auto" and reduction == "auto" and tile is None and ks_count is None and streamk_ctas == -1:
+    if o.reduction == "direct" and o.ks_count not in (None, 1):
+        raise ProblemError("the direct split-K epilogue stores dW once: ks_count must be 1 (use two_stage or atomic)")
+    auto = o.streamk == "auto" and o.reduction == "auto" and o.tile is None and o.ks_count is None and o.streamk_ctas == -1
+    if use_tuned and auto:
         c = _tuned_choice(cache, arch, cus, problem, o)
         if c is not None and c.kernel.key not in exclude:
             return c
     stage2 = find_stage2(cache, arch, problem.dw_dtype)
-    if streamk in ("auto", "off") and ks_count is None and tile is None:
+    if o.streamk in ("auto", "off") and o.ks_count is None and o.tile is None:
         c = _special_family_choice(problem, cache, arch, cus, o, stage2, exclude)
         if c is not None:
             return c
-    want_sk = streamk in MODES or (streamk == "auto" and reduction in SK_ONLY)
-    try_sk = want_sk or (streamk == "auto" and ks_count is None and reduction in ("auto", "atomic"))
-    try_splitk = not want_sk and streamk in ("auto", "off")
-    notes = []
-    if try_sk and not want_sk and _narrower_streamk(cache, arch, problem, tile):
-        # Scalar loads cost far more than stream-K saves (H200, C=100/K=60: vec-1 stream-K 339 us,
-        # vec-4 split-K 27 us): auto never trades vector width for stream-K.
-        try_sk = False
-        notes.append("stream-K is cached only at narrower channel vectors than split-K")
-    if try_sk:
-        modes = (streamk,) if streamk in MODES else AUTO_MODES
-        reds = (reduction,) if reduction in SK_REDUCTIONS else tuple(r for r in AUTO_SK_REDUCTIONS if o.allows(r))
-        sk = [k for k in candidates(cache, arch, problem, family="wgrad_sk", tile=tile, exclude=exclude) if k.spec.mode in modes and k.spec.variant in reds]
-        sk = rank(widest(sk, problem), problem, cus)
-        order = {(m, r): i for i, (m, r) in enumerate((m, r) for r in reds for m in modes)}
-        sk.sort(key=lambda k: order[(k.spec.mode, k.spec.variant)])  # stable: keeps the tile rank
-        for k in sk:
-            c, why = _streamk_choice(problem, k, cus, streamk_ctas, occupancy, stage2, forced=want_sk)
-            if c is not None:
-                return c
-            notes.append(f"{k.label}: {why}")
-        if want_sk:
-            if any(k.spec.variant == "workspace" for k in sk) and stage2 is None:
-                raise _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache)
-            what = f"{'/'.join(modes)} stream-K kernel" + (f" with the {reduction} reduction" if reduction != "auto" else "")
-            if sk:  # kernels exist but none can launch (co-residency)
-                raise ProblemError(f"no {what} can run {problem.describe()} on {arch}: " + "; ".join(notes))
-            raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache, streamk=streamk,
-                             reduction=reduction, tile=tile)  # fmt: skip
-    if try_splitk:
-        variants = (reduction,) if reduction in SPLITK_EPILOGUES else tuple(v for v in SPLITK_EPILOGUES if o.allows(v))
-        ks_all = [k for k in candidates(cache, arch, problem, family="wgrad", tile=tile, exclude=exclude) if k.spec.variant in variants]
-        ks_all = rank(widest(ks_all, problem), problem, cus)
-        if ks_all:
-            # The best-ranked tile decides how many splits are wanted; then the epilogue that fits.
-            lead = ks_all[0]
-            want = ks_count if ks_count is not None else _ks_formula(problem, lead, cus, _occ(occupancy, lead))
-            if reduction in SPLITK_EPILOGUES:
-                prefs = (reduction,)
-            elif want == 1:
-                prefs = tuple(v for v in ("direct", "two_stage", "atomic") if v in variants)
-            else:
-                prefs = tuple(v for v in ("two_stage", "atomic", "direct") if v in variants)
-            for variant in prefs:
-                for k in (k for k in ks_all if k.spec.variant == variant):
-                    if variant == "two_stage" and stage2 is None:
-                        notes.append(f"{k.label}: no Stage-2 reduce cached")
-                        break
-                    if variant == "direct":
-                        if ks_count not in (None, 1):
-                            raise ProblemError(
-                                "the direct split-K epilogue stores dW once: ks_count must be 1 (use two_stage or atomic)"
-                            )
-                        n = 1
-                    elif ks_count is not None:
-                        n = ks_count
-                    else:
-                        n = _splitk_ks(problem, k, cus, _occ(occupancy, k))
-                    reason = f"split-K ks_count={n}" + (f" ({'; '.join(notes[:2])})" if notes else "")
-                    return Choice(k, ks_count=n, stage2=stage2 if variant == "two_stage" else None, reason=reason)
-        if any(k.spec.variant == "two_stage" for k in ks_all) and stage2 is None:
-            raise _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache)
-        what = "split-K kernel" + (f" with the {reduction} epilogue" if reduction != "auto" else "")
-        if try_sk and not ks_all and not notes:
-            what = "kernel"  # neither family has one
-        raise _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache, streamk=streamk,
-                         reduction=reduction, tile=tile)  # fmt: skip
-    raise _no_kernel(problem, arch, "kernel", cache=cache, streamk=streamk, reduction=reduction, tile=tile)
+    ranking = rank_choices(problem, cache, arch=arch, cus=cus, options=o, occupancy=occupancy, exclude=exclude, model=model)
+    best = ranking.best()
+    if best is not None:
+        return _with_reason(best, ranking)
+    raise _nothing_launchable(problem, cache, arch, o, ranking)
+
+
+def _nothing_launchable(problem, cache, arch, o: LaunchOptions, ranking: Ranking) -> SkwgradError:
+    fams = _families(o)
+    if any("Stage-2" in r.why for r in ranking.rejected) and not any("Stage-2" not in r.why for r in ranking.rejected):
+        return _no_kernel(problem, arch, f"Stage-2 reduce ({problem.dw_dtype})", cache=cache)
+    if ranking.rejected and any("co-resident" in r.why or "ks_count" in r.why for r in ranking.rejected):
+        err = ProblemError(f"no cached kernel can launch {problem.describe()} on {arch} as asked: "
+                           + "; ".join(map(str, ranking.rejected[:6])))  # fmt: skip
+        err.rejected = list(ranking.rejected)
+        return err
+    if fams == ("wgrad_sk",):
+        modes = (o.streamk,) if o.streamk in MODES else AUTO_MODES
+        what = f"{'/'.join(modes)} stream-K kernel" + (f" with the {o.reduction} reduction" if o.reduction != "auto" else "")
+    elif fams == ("wgrad",):
+        what = "split-K kernel" + (f" with the {o.reduction} epilogue" if o.reduction != "auto" else "")
+    else:
+        what = "kernel"
+    tile = tuple(o.tile) if o.tile is not None else None
+    err = _no_kernel(problem, arch, what + (f" of tile {tile}" if tile else ""), cache=cache, streamk=o.streamk,
+                     reduction=o.reduction, tile=tile,
+                     hint="" if not ranking.rejected else " (rejected: " + "; ".join(map(str, ranking.rejected[:4])) + ")")  # fmt: skip
+    err.rejected = list(ranking.rejected)
+    return err
 
 
 def all_choices(
@@ -459,56 +559,60 @@ def all_choices(
     streamk_ctas: int = -1,
     tile=None,
     occupancy=None,
+    model: CostModel | None = None,
 ) -> list[Choice]:
-    """Every cached kernel that admits the problem (``run-from-cache --all-candidates``, ``tune``),
-    each with its default pool (stream-K) or the split-K formula's degree. ``streamk``: ``all``,
+    """Every launch the search space holds for the problem (``run-from-cache --all-candidates``,
+    ``tune``), ranked by the model: the dense families at every pool / split-K degree the search
+    tries, and the depthwise / packed-group kernels at their own degree. ``streamk``: ``all``,
     ``off`` (split-K only), ``dp_sk`` or ``persistent`` (that stream-K mode only); ``reductions``:
     keep only these variants (stream-K reductions and split-K epilogues alike)."""
     if streamk not in ("all", "auto", "off", *MODES):
         raise ProblemError(f"streamk={streamk!r}: use one of all, off, {', '.join(MODES)}")
     reductions = tuple(reductions) if reductions else None
     tile = tuple(tile) if tile is not None else None
-    stage2 = find_stage2(cache, arch, problem.dw_dtype)
-    out = []
-    for k in candidates(cache, arch, problem, tile=tile):
-        s = k.spec
-        if s.family == "wgrad_sk":
-            if streamk == "off" or (streamk in MODES and s.mode != streamk):
-                continue
-            if reductions and s.variant not in reductions:
-                continue
-            if s.variant == "workspace" and stage2 is None:
-                continue
-            c, _ = _streamk_choice(problem, k, cus, streamk_ctas, occupancy, stage2, forced=True)
-            if c is not None:
-                out.append(c)
-        else:
-            if streamk in MODES or (reductions and s.variant not in reductions):
-                continue
-            if s.variant in ("two_stage", "workspace") and stage2 is None:
-                continue
-            n = _splitk_ks(problem, k, cus, _occ(occupancy, k))
-            out.append(Choice(k, ks_count=n, stage2=stage2 if s.variant in ("two_stage", "workspace") else None, reason="candidate"))
+    o = LaunchOptions(streamk="auto" if streamk in ("all", "auto") else streamk, streamk_ctas=streamk_ctas, tile=tile)
+    ranking = rank_choices(problem, cache, arch=arch, cus=cus, options=o, occupancy=occupancy, model=model)
+    out = [c for c in ranking.choices if not reductions or c.spec.variant in reductions]
+    if streamk in ("all", "auto", "off") and tile is None and streamk_ctas == -1:
+        stage2 = find_stage2(cache, arch, problem.dw_dtype)
+        for fam in ("dwconv",):
+            for k in candidates(cache, arch, problem, family=fam):
+                s = k.spec
+                if reductions and s.variant not in reductions:
+                    continue
+                if s.variant in ("two_stage", "workspace") and stage2 is None:
+                    continue
+                out.append(Choice(k, ks_count=_special_ks(problem, k, cus),
+                                  stage2=stage2 if s.variant in ("two_stage", "workspace") else None, reason="candidate"))  # fmt: skip
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-# Tuning
+# Tuning and calibration
 # ---------------------------------------------------------------------------------------------
+def backend_occupancy(backend):
+    """``occupancy(kernel)`` from the device: max co-resident CTAs per CU of the loaded kernel."""
+
+    def occ(k: Kernel) -> int:
+        md = k.metadata
+        return backend.max_active_per_cu(backend.load(k.key, k.loader, md["name"], int(md["threads"]), int(md["shared"])))
+
+    return occ
+
+
 def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None, warmup=3, iters=20, remember=True, seed=0,
-         hold=None, native_us: float | None = None) -> list[dict]:
-    """Time every cached candidate for ``problem`` on ``backend`` and remember the fastest
-    (``cache.remember_tuned``), which ``choose(streamk='auto')`` then uses. Returns one row per
-    candidate (fastest first): the choice, median microseconds, or the error that stopped it."""
+         hold=None, native_us: float | None = None, top: int | None = None) -> list[dict]:  # fmt: skip
+    """Time the search space of ``problem`` on ``backend`` (every candidate, or the ``top`` best
+    predicted by the cost model) and remember the fastest (``cache.remember_tuned``), which
+    ``choose`` then uses. Returns one row per candidate (fastest first): the choice, its
+    predicted and median microseconds, or the error that stopped it."""
     from skwgrad.launcher.hostdata import DeviceInputs
 
     cus = backend.compute_units
-    choices = all_choices(
-        problem, cache, arch=backend.arch, cus=cus, streamk=streamk, reductions=reductions,
-        occupancy=lambda k: backend.max_active_per_cu(
-            backend.load(k.key, k.loader, k.metadata["name"], int(k.metadata["threads"]), int(k.metadata["shared"]))
-        ),
-    )  # fmt: skip
+    choices = all_choices(problem, cache, arch=backend.arch, cus=cus, streamk=streamk, reductions=reductions,
+                          occupancy=backend_occupancy(backend))  # fmt: skip
+    if top is not None:
+        choices = choices[: max(1, int(top))]
     if not choices:
         raise _no_kernel(problem, backend.arch, "kernel", cache=cache)
     bufs = DeviceInputs.random(problem, backend, seed=seed)
@@ -518,7 +622,10 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
             row = {**c.to_dict()}
             try:
                 plan = c.plan(problem, backend)
-                t = plan.time(bufs.dy, bufs.x, bufs.dw, warmup=warmup, iters=iters, hold=hold)
+                n = iters
+                if plan.time(bufs.dy, bufs.x, bufs.dw, warmup=1, iters=1)["median_us"] > SLOW_CANDIDATE_US:
+                    n = max(3, iters // 4)  # a hopeless candidate is timed less, not skipped
+                t = plan.time(bufs.dy, bufs.x, bufs.dw, warmup=warmup, iters=n, hold=hold)
                 row["us"] = t["median_us"]
             except SkwgradError as e:
                 row["error"] = str(e)
@@ -527,7 +634,7 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
         bufs.free()
     ok = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
     if ok and remember:
-        best = {k: v for k, v in ok[0].items() if k != "us"}
+        best = {k: v for k, v in ok[0].items() if k not in ("us", "terms", "spec")}
         best["us"] = ok[0]["us"]
         if native_us is not None:  # the framework's own op, timed beside: a record can prefer it
             best["native_us"] = float(native_us)
@@ -538,7 +645,60 @@ def tune(problem: ConvProblem, backend, cache, *, streamk="all", reductions=None
     return ok + [r for r in rows if "us" not in r]
 
 
+SLOW_CANDIDATE_US = 5000.0
+
+
+def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_bytes: dict | None = None) -> list:
+    """(Terms, measured us) of the timed dense rows of ``tune`` (what ``fit`` takes).
+    ``stack_bytes``: per key, for entries built before their metadata recorded it."""
+    out = []
+    for r in rows:
+        if "us" not in r or r.get("family") not in MODELLED_FAMILIES or not r.get("occupancy"):
+            continue  # (a row with no occupancy was not ranked by the model: nothing to fit)
+        entry = cache.get(r["key"])
+        spec = entry.spec
+        setting = dict(pool=int(r["pool"])) if spec.family == "wgrad_sk" else dict(ks_count=int(r["ks_count"]))
+        geo = _geometry(problem, spec, int(entry.metadata["threads"]), **setting)
+        stack = int(entry.metadata.get("stack_bytes", 0) if stack_bytes is None else stack_bytes.get(r["key"], 0))
+        out.append((cost_terms(problem, spec, geo, arch=arch, compute_units=cus, occupancy=int(r["occupancy"]), stack_bytes=stack),
+                    float(r["us"])))  # fmt: skip
+    return out
+
+
+def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=True, on_problem=None) -> dict:
+    """Time the whole search space of every problem (remembering each fastest choice), fit the
+    cost model's constants to all the dense timings and store them with the cache (``remember``).
+    Returns the model and, per problem, the fastest choice and the one the fitted model ranks first
+    (with both measured times)."""
+    arch, cus = backend.arch, backend.compute_units
+    per_problem, samples = [], []
+    for p in problems:
+        rows = tune(p, backend, cache, warmup=warmup, iters=iters, seed=seed, remember=remember)
+        samples += samples_of(rows, p, cache, arch=arch, cus=cus)
+        per_problem.append((p, rows))
+        if on_problem is not None:
+            on_problem(p, rows)
+    model = fit(samples, arch=arch)
+    if remember:
+        cache.remember_model(arch, cus, model)
+    report = []
+    for p, rows in per_problem:
+        timed = [r for r in rows if "us" in r]
+        if not timed:
+            report.append({"problem": p.describe(), "error": "no candidate ran"})
+            continue
+        best = timed[0]
+        dense = [r for r in timed if r.get("family") in MODELLED_FAMILIES]
+        pick = None
+        if dense:
+            preds = [(model.predict(t), r) for (t, _), r in zip(samples_of(dense, p, cache, arch=arch, cus=cus), dense)]
+            pick = min(preds, key=lambda pr: (pr[0], pr[1]["label"]))[1]
+        report.append({"problem": p.describe(), "tuned": best, "model_pick": pick,
+                       "model_over_tuned": (pick["us"] / best["us"]) if pick else None})  # fmt: skip
+    return {"model": model, "problems": report, "samples": len(samples)}
+
+
 __all__ = [
-    "Choice", "NoKernelError", "candidates", "widest", "rank", "find_stage2", "choose", "all_choices",
-    "tune", "problem_key", "compile_all_command", "SK_MIN_ITERS",
+    "Choice", "NoKernelError", "Ranking", "Rejected", "candidates", "widest", "find_stage2", "choose", "rank_choices",
+    "all_choices", "tune", "calibrate", "samples_of", "model_for", "problem_key", "compile_all_command", "SK_MIN_ITERS",
 ]  # fmt: skip

@@ -1,0 +1,162 @@
+"""Fit the cost model to ``skwgrad calibrate`` timings and report how its picks compare with the
+fastest candidate per problem, on a split of shapes: constants are fitted on the ``--train``
+files only, and every file is reported (the others are shapes the fit never saw).
+
+    python benchmarks/fit_costmodel.py --cache CACHE --train calib_fit.json [--train ...] \\
+        --eval calib_corpus.json [--eval ...] [--out fit.json] [--write-builtin]
+
+CACHE must hold the timed entries (the keys in the files); nothing runs on a GPU. Per problem:
+the model's pick among the dense candidates (the families the model covers), its measured time,
+the fastest measured candidate of any family, and auto's pick as ``choose`` makes it (which
+takes the depthwise / packed-group family by its rule where it applies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from skwgrad.abi.conv import parse_problem  # noqa: E402
+from skwgrad.abi.costmodel import MODELLED_FAMILIES, fit  # noqa: E402
+from skwgrad.launcher import select as S  # noqa: E402
+
+
+def load(paths):
+    docs = [json.loads(Path(p).read_text()) for p in paths]
+    rows = defaultdict(list)
+    meta = {}
+    for d in docs:
+        for r in d["rows"]:
+            rows[r["problem"]].append(r)
+            meta[r["problem"]] = (r.get("name", ""), d["arch"], d["compute_units"])
+    return rows, meta
+
+
+def samples(rows, meta, cache, stack=None):
+    out = {}
+    for prob, rs in rows.items():
+        _, arch, cus = meta[prob]
+        p = parse_problem(prob)
+        dense = [r for r in rs if "us" in r and r.get("family") in MODELLED_FAMILIES and r.get("occupancy")]
+        out[prob] = (p, dense, S.samples_of(dense, p, cache, arch=arch, cus=cus, stack_bytes=stack))
+    return out
+
+
+def evaluate(model, rows, meta, cache, stack=None):
+    """Per problem: auto's pick as ``select.choose`` makes it with ``model`` (no tuned records;
+    the occupancy the device reported for each kernel), its measured time, and the fastest."""
+    from skwgrad.launcher.plan import Kernel
+
+    report = []
+    for prob, rs in rows.items():
+        name, arch, cus = meta[prob]
+        timed = sorted((r for r in rs if "us" in r), key=lambda r: r["us"])
+        if not timed:
+            continue
+        p = parse_problem(prob)
+        occ = {r["key"]: r["occupancy"] for r in rs if r.get("occupancy")}
+        measured = {(r["key"], r["pool"], r["ks_count"]): r for r in timed}
+        if stack is not None:  # entries built before their metadata recorded the stack size
+
+            class _Stacked:
+                def __init__(self, c):
+                    self._c = c
+
+                def __getattr__(self, n):
+                    return getattr(self._c, n)
+
+                def find(self, arch, **kw):
+                    es = self._c.find(arch, **kw)
+                    return [e if "stack_bytes" in e.metadata else _with_stack(e, stack.get(e.key, 0)) for e in es]
+
+            view = _Stacked(cache)
+        else:
+            view = cache
+        ch = S.choose(p, view, arch=arch, cus=cus, occupancy=lambda k: occ.get(k.key, 1), model=model, use_tuned=False)
+        got = measured.get((ch.kernel.key, ch.pool, ch.ks_count))
+        best = timed[0]
+        report.append({
+            "name": name, "problem": prob, "best_label": best["label"], "best_pool": best["pool"], "best_ks": best["ks_count"],
+            "best_us": best["us"], "auto_label": ch.kernel.label, "auto_pool": ch.pool, "auto_ks": ch.ks_count,
+            "auto_family": ch.spec.family, "auto_us": got and got["us"], "auto_predicted_us": ch.predicted_us,
+            "ratio": (got["us"] / best["us"]) if got else None,
+        })  # fmt: skip
+    return report
+
+
+def _with_stack(entry, nbytes):
+    import dataclasses
+
+    return dataclasses.replace(entry, metadata={**entry.metadata, "stack_bytes": int(nbytes)})
+
+
+def summary(rep):
+    rs = [r["ratio"] for r in rep if r["ratio"] is not None]
+    if not rs:
+        return {}
+    return {"rows": len(rep), "timed": len(rs), "within_5pct": sum(1 for x in rs if x <= 1.05),
+            "share_within_5pct": sum(1 for x in rs if x <= 1.05) / len(rs),
+            "geomean_auto_over_best": math.exp(sum(math.log(x) for x in rs) / len(rs)), "worst": max(rs)}  # fmt: skip
+
+
+def _read_as_built(path):
+    """Timings stay valid after the kernel sources change (the keys do not): read the cache as the
+    build that made it (its entries' compiler and source hash), not as this checkout."""
+    import sqlite3
+
+    import skwgrad.cache.store as store
+
+    db = sqlite3.connect(f"file:{Path(path) / 'index.sqlite'}?mode=ro", uri=True)
+    ids = db.execute("SELECT compiler, source_hash, COUNT(*) FROM entries GROUP BY 1, 2 ORDER BY 3 DESC").fetchall()
+    db.close()
+    if ids and ids[0][:2] != store._identity():
+        store._identity = lambda: tuple(ids[0][:2])
+        print(f"reading {path} as built by {ids[0][0]}, sources {ids[0][1][:12]} (this checkout's differ)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--train", action="append", required=True)
+    ap.add_argument("--eval", action="append", default=[])
+    ap.add_argument("--stack-bytes", help="JSON {key: stack bytes per thread} for entries whose metadata lacks it")
+    ap.add_argument("--out")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args()
+    from skwgrad.cache import Cache
+
+    _read_as_built(a.cache)
+    cache = Cache(a.cache, create=False)
+    stack = json.loads(Path(a.stack_bytes).read_text()) if a.stack_bytes else None
+    train_rows, train_meta = load(a.train)
+    tsamp = samples(train_rows, train_meta, cache, stack)
+    arch = next(iter(train_meta.values()))[1]
+    model = fit([s for _, _, ss in tsamp.values() for s in ss], arch=arch)
+    doc = {"model": json.loads(model.to_json()), "train": [Path(p).name for p in a.train], "sets": {}}
+    for path in a.train + a.eval:
+        rows, meta = load([path])
+        rep = evaluate(model, rows, meta, cache, stack)
+        s = summary(rep)
+        split = "train" if path in a.train else "held-out"
+        doc["sets"][Path(path).name] = {"split": split, "summary": s, "rows": rep}
+        print(f"{Path(path).name:40s} {split:8s} auto within 5% of the fastest: {s.get('within_5pct')}/{s.get('timed')}"
+              f"  geomean auto/fastest {s.get('geomean_auto_over_best', 0):.3f}  worst {s.get('worst', 0):.2f}")  # fmt: skip
+        if a.verbose:
+            for r in rep:
+                if r["ratio"] is None or r["ratio"] > 1.05:
+                    print(f"    {r['name']:34s} {r['ratio'] or 0:.2f}  auto {r['auto_label']} p{r['auto_pool']} k{r['auto_ks']} {r['auto_us'] or 0:.1f}"
+                          f"  fastest {r['best_label']} p{r['best_pool']} k{r['best_ks']} {r['best_us']:.1f}")  # fmt: skip
+    print("constants:", {t: round(c, 5) for t, c in zip(doc["model"]["terms"], model.constants)}, f"fit error {model.fit_error:.3f}")
+    if a.out:
+        Path(a.out).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,308 @@
+"""A measured cost model: the predicted device time of one launch of a dense wgrad kernel.
+
+Selection ranks every launchable (kernel, pool or ks_count) of a problem by this prediction, so
+it must order candidates the way the device does. The prediction is linear in a handful of
+per-arch constants, each the price of one named term; the terms come from what is known without
+running anything (the launch geometry of ``skwgrad.abi.launch``, the kernel spec, the kernel's
+co-residency on a CU and the CU count):
+
+``main_*``   the main loop on the critical path. The CTAs are scheduled over ``CUs x r`` slots
+             (``r``: CTAs resident per CU, at most the kernel's occupancy). The critical path is
+             ``path_iters`` iterations (the longest CTA, or whole waves of the grid, whichever is
+             longer: the wave quantization). One iteration of a CTA costs a fixed latency
+             (``main_iter``), the MMA chain of its tile (``main_mac``), and the CU's throughput
+             shared by the ``r`` resident CTAs: matrix work, vector loads issued and bytes read
+             (``main_mac_shared``, ``main_loads_shared``, ``main_bytes_shared``).
+``epilogue`` tile stores on the critical path (one per wave of CTAs), in the bytes they write.
+``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
+             tree: one per round), and the atomic adds of the workspace reduction.
+``stage2``   the Stage-2 reduce: bytes of replicas it reads and of dW it writes.
+``launch``   per kernel launched (the main kernel, Stage-2, the dW zeroing of atomic).
+``dram``     the compulsory traffic of x and dy, device-wide.
+``main_spill`` spill traffic: the stack bytes per thread beyond ``SPILL_FREE_BYTES``, per
+             iteration on the critical path (a kernel that spills heavily runs several times
+             slower than its tile's other terms say).
+``fixed_*``  a fixed cost per (family, variant) class.
+
+Constants are fitted (``fit``) by non-negative least squares on relative error from timed
+candidates (``skwgrad calibrate`` or ``--tune`` runs) and stored with the cache; ``builtin``
+holds the constants fitted on the reference part of each arch where one was measured.
+Depthwise (``dwconv``) and packed-group (``grouped``) kernels are not modelled: selection takes
+them by their own rule when they apply.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from skwgrad.abi.arch import ARCHES
+from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
+from skwgrad.abi.launch import LaunchGeometry
+from skwgrad.errors import ProblemError
+
+MODEL_VERSION = 1
+
+# (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
+# differences the other terms do not see): one 0/1 term each.
+CLASSES = (
+    ("wgrad", "direct"), ("wgrad", "two_stage"), ("wgrad", "atomic"),
+    ("wgrad_sk", "linear"), ("wgrad_sk", "tree"), ("wgrad_sk", "workspace"), ("wgrad_sk", "atomic"),
+)  # fmt: skip
+TERMS = (
+    "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
+    "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
+    *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
+)  # fmt: skip
+
+# Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
+# the reference parts: H200 989/495/67 TF dense bf16/tf32/fp32; MI300X 1307/654/163;
+# MI355X 2500/-/157).
+MAC_COST = {
+    "sm_90": {"": 1.0, "tf32": 2.0, "ieee": 15.0},
+    "gfx942": {"": 1.0, "tf32": 2.0, "ieee": 8.0},
+    "gfx950": {"": 1.0, "tf32": 2.0, "ieee": 16.0},
+}
+MODELLED_FAMILIES = ("wgrad", "wgrad_sk", "grouped")  # grouped: split-K on the packed problem
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The feature vector of one launch, in ``TERMS`` order, plus what it was computed from."""
+
+    values: tuple
+    resident: int  # r: CTAs per CU on the critical path
+    path_iters: int
+
+    def as_dict(self) -> dict:
+        return dict(zip(TERMS, self.values))
+
+
+def _spec_mac_cost(arch: str, spec) -> float:
+    table = MAC_COST.get(arch, MAC_COST["sm_90"])
+    return table.get(spec.precision if spec.dtype == "fp32" else "", 1.0)
+
+
+SPILL_FREE_BYTES = 256  # stack bytes per thread that cost nothing measurable (H200, 2026-12-01)
+
+
+def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute_units: int, occupancy: int,
+          stack_bytes: int = 0) -> Terms:  # fmt: skip
+    """The model's terms for one launch of ``spec`` (family wgrad or wgrad_sk) with geometry
+    ``geo``, on ``compute_units`` CUs where the kernel fits ``occupancy`` CTAs per CU and each
+    thread spills ``stack_bytes`` (the object's metadata; 0 when unknown)."""
+    if spec.family not in MODELLED_FAMILIES:
+        raise ProblemError(f"the cost model covers {', '.join(MODELLED_FAMILIES)}, not {spec.family}")
+    cus = max(1, int(compute_units))
+    occ = max(1, int(occupancy))
+    t = geo.tiling
+    tiles, ipt = t.num_tiles, t.iters_per_tile
+    grid = max(1, geo.grid)
+    part = geo.partition
+    total = tiles * ipt
+    if spec.family in ("wgrad", "grouped"):
+        longest = geo.ks_iters
+        grain = geo.ks_iters
+    elif spec.mode == "dp_sk":
+        sk_len = part.iters_per_sk_cta + (1 if part.extra_iters else 0) if part.sk_ctas else 0
+        longest = max(ipt if part.dp_tiles else 0, sk_len)
+        grain = ipt if part.dp_tiles else max(1, sk_len)
+    else:  # persistent: each CTA walks DP tiles pid, pid + pool, ... then its SK range
+        sk_len = part.iters_per_sk_cta + (1 if part.extra_iters else 0) if part.sk_ctas else 0
+        longest = math.ceil(part.dp_tiles / part.pool) * ipt + sk_len
+        grain = max(1, longest)
+    resident = max(1, min(occ, math.ceil(grid / cus)))
+    slots = cus * resident
+    path = max(longest, grain * math.ceil(total / (slots * grain)))
+    waves = math.ceil(grid / slots)
+
+    elt = DTYPE_BYTES[problem.dtype]
+    out = DTYPE_BYTES[problem.dw_dtype]
+    mac = spec.bm * spec.bn * spec.bk * _spec_mac_cost(arch, spec) / 65536.0  # per 64x64x16... scaled
+    loads = spec.bk * (spec.bm / max(1, spec.vec_k) + spec.bn / max(1, spec.vec_c)) / 1024.0
+    nbytes = spec.bk * (spec.bm + spec.bn) * elt / 1024.0  # KiB per CTA-iteration
+    tile_out = spec.bm * spec.bn
+
+    v = spec.variant
+    partial = 4 if v in ("two_stage", "atomic", "workspace", "linear", "tree") else out
+    epilogue = waves * tile_out * partial / 1024.0
+    fix_serial = fix_bytes = fix_atomic = 0.0
+    if spec.family == "wgrad_sk" and part.sk_ctas:
+        if v == "linear":
+            fix_serial = part.max_linear_partners
+            fix_bytes = part.max_linear_partners * tile_out * 4 / 1024.0
+        elif v == "tree":
+            fix_serial = part.tree_rounds
+            fix_bytes = part.tree_rounds * tile_out * 4 / 1024.0
+        elif v in ("workspace", "atomic"):
+            fix_atomic = 2 * tile_out * resident / 1024.0  # a CTA's segments touch at most two tiles
+    elif v == "atomic":  # split-K atomic: every split adds its tile into dW
+        fix_atomic = waves * tile_out * resident / 1024.0
+    stage2_bytes = 0.0
+    launches = 1
+    if geo.workspace.needs_stage2:
+        launches += 1
+        stage2_bytes = (geo.workspace.replicas * problem.dw_numel * 4 + problem.dw_numel * out) / 1048576.0
+    if v == "atomic":
+        launches += 1  # dW zeroed before the kernel
+    dram = (problem.x_numel + problem.dy_numel) * elt / 1048576.0 / cus
+    values = (
+        float(path), path * mac, path * mac * resident, path * loads * resident, path * nbytes * resident,
+        epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
+        path * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0 * resident,
+        *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
+    )  # fmt: skip
+    return Terms(values, resident, path)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-arch constants (microseconds per unit of each term, ``TERMS`` order) and where they
+    came from (``source``: "builtin", "fit", "cache"; ``samples``: timings fitted)."""
+
+    arch: str
+    constants: tuple
+    source: str = "builtin"
+    samples: int = 0
+    fit_error: float = 0.0  # geomean |pred/measured - 1| over the fitted samples
+
+    def __post_init__(self):
+        if len(self.constants) != len(TERMS):
+            raise ProblemError(f"a cost model has {len(TERMS)} constants ({', '.join(TERMS)}), got {len(self.constants)}")
+        if any(not math.isfinite(c) or c < 0 for c in self.constants):
+            raise ProblemError("cost model constants must be finite and non-negative")
+
+    def predict(self, t: Terms) -> float:
+        return sum(c * x for c, x in zip(self.constants, t.values))
+
+    def explain(self, t: Terms) -> dict:
+        """Microseconds per term (the non-zero ones), largest first."""
+        parts = {n: c * x for n, c, x in zip(TERMS, self.constants, t.values) if c * x > 0}
+        return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+
+    def to_json(self) -> str:
+        return json.dumps({"version": MODEL_VERSION, "arch": self.arch, "terms": list(TERMS), "constants": list(self.constants),
+                           "source": self.source, "samples": self.samples, "fit_error": self.fit_error}, sort_keys=True)  # fmt: skip
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str | None = None) -> "CostModel":
+        """Parse a stored model; raises ProblemError when it is not one this version reads."""
+        try:
+            d = json.loads(text)
+            if not isinstance(d, dict) or d.get("version") != MODEL_VERSION or list(d.get("terms", ())) != list(TERMS):
+                raise ValueError("another model version or term list")
+            return cls(str(d["arch"]), tuple(float(c) for c in d["constants"]), source=source or str(d.get("source", "cache")),
+                       samples=int(d.get("samples", 0)), fit_error=float(d.get("fit_error", 0.0)))  # fmt: skip
+        except (ValueError, TypeError, KeyError) as e:
+            raise ProblemError(f"not a cost model of version {MODEL_VERSION}: {e}") from None
+
+
+# -- fitting -------------------------------------------------------------------------------------
+def nnls(a, b, *, iters: int = 0):
+    """Lawson-Hanson non-negative least squares: argmin ||a x - b|| with x >= 0 (numpy arrays)."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    w = a.T @ (b - a @ x)
+    limit = iters or 3 * n
+    tol = 1e-10 * max(1.0, float(np.abs(a).max()) if a.size else 1.0)
+    for _ in range(limit):
+        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
+            break
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
+                x = z
+                break
+            neg = passive & (z <= 0)
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        w = a.T @ (b - a @ x)
+    return x
+
+
+def fit(samples, *, arch: str, weights=None) -> CostModel:
+    """Fit the constants to ``samples``: (Terms, measured microseconds) pairs, minimising the
+    relative error (each row scaled by 1/measured), optionally weighted per sample."""
+    import numpy as np
+
+    samples = [(t, float(us)) for t, us in samples if us and us > 0 and math.isfinite(us)]
+    if len(samples) < len(TERMS):
+        raise ProblemError(f"fitting {len(TERMS)} constants needs at least {len(TERMS)} timed samples, got {len(samples)}")
+    a = np.array([t.values for t, _ in samples], dtype=float)
+    y = np.array([us for _, us in samples], dtype=float)
+    w = np.ones(len(samples)) if weights is None else np.asarray(weights, dtype=float)
+    scale = w / y
+    # columns normalised so the solver sees comparable magnitudes; constants scaled back
+    norm = np.abs(a * scale[:, None]).max(axis=0)
+    norm[norm == 0] = 1.0
+    x = nnls(a * scale[:, None] / norm, w) / norm
+    pred = a @ x
+    err = float(np.exp(np.mean(np.log(np.maximum(np.abs(pred / y - 1.0), 1e-6)))))
+    return CostModel(arch, tuple(float(c) for c in x), source="fit", samples=len(samples), fit_error=err)
+
+
+# -- constants ----------------------------------------------------------------------------------
+# Fitted on the reference parts; see benchmarks/RESULTS.md for the run each comes from. An arch
+# with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
+# first calibration on a device replaces it.
+_BUILTIN: dict[str, tuple] = {
+    # H200 (132 SMs), 2026-12-01: `skwgrad calibrate` over benchmarks/shapes/fit_dense.csv and the
+    # ResNet-50 autocast shapes (2512 timings, geomean |error| 8.5%); the corpus and
+    # the unseen corpus were held out (benchmarks/results/costmodel_fit_2026-12-01.json).
+    "sm_90": (0.222125, 0.00027788, 0, 0.165131, 0, 0.0573397, 0.607093, 0.00813632, 0.159703, 0.590352, 0.0825395, 13.8602, 11.565, 0, 5.22531, 0, 6.64054, 0, 2.00715, 0),
+}
+_PRIOR_SCALE = {"gfx942": 0.8, "gfx950": 0.5}  # bf16 matrix peak of sm_90 / the arch's
+
+
+def builtin(arch: str) -> CostModel:
+    if arch in _BUILTIN:
+        return CostModel(arch, _BUILTIN[arch], source="builtin")
+    base = _BUILTIN.get("sm_90", _DEFAULT_PRIOR)
+    s = _PRIOR_SCALE.get(arch, 1.0)
+    return CostModel(arch, tuple(c * s for c in base), source="prior")
+
+
+# A physically plausible starting point (microseconds per unit), used until a fit exists.
+_DEFAULT_PRIOR = (
+    0.02, 0.01, 0.005, 0.01, 0.002,  # main loop
+    0.01, 0.5, 0.02, 0.01,  # epilogue, fix-up
+    0.3, 3.0, 0.25, 0.05,  # stage2 (per MiB), launch, dram (per MiB per CU), spill
+    0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
+)
+
+
+# -- co-residency without a device -----------------------------------------------------------------
+_THREADS_PER_CU = {"cuda": 2048, "hip": 2048}
+_REGS_PER_CU = {"cuda": 65536, "hip": 4 * 512 * 64}  # 32-bit registers (AMD: 4 SIMDs x 512 VGPRs x 64 lanes)
+_REGS_GUESS = 128  # per thread, when the object does not say
+
+
+def offline_occupancy(metadata: dict, arch: str) -> int:
+    """CTAs of a kernel that fit one CU by its threads, shared memory and registers (the
+    object's register count where its metadata has one, else a typical 128): what ranking assumes
+    offline, where no device answers. On a device the backend's occupancy query replaces it."""
+    a = ARCHES.get(arch)
+    if a is None:
+        return 1
+    threads = max(1, int(metadata.get("threads", 128)))
+    shared = int(metadata.get("shared", 0))
+    amd = metadata.get("amd") or {}
+    regs = int(metadata.get("regs", 0) or amd.get("vgpr_count", 0) or _REGS_GUESS)
+    fits = [_THREADS_PER_CU[a.backend] // threads, _REGS_PER_CU[a.backend] // (regs * threads)]
+    if shared:
+        fits.append(a.lds_bytes_per_cu // shared)
+    return max(1, min(fits + [32]))
+
+
+__all__ = ["TERMS", "MODEL_VERSION", "Terms", "CostModel", "terms", "fit", "nnls", "builtin", "offline_occupancy", "MODELLED_FAMILIES"]
