@@ -676,7 +676,6 @@ _SUBCLASSES: dict = {nn.Conv2d: SkwgradConv2d, nn.Conv3d: SkwgradConv3d}
 def _patched_class(cls):
     got = _SUBCLASSES.get(cls)
     if got is None:
-        base = nn.Conv3d if issubclass(cls, nn.Conv3d) else nn.Conv2d
         got = _SUBCLASSES[cls] = type(
             "Skwgrad" + cls.__name__, (cls,),
             {"_conv_forward": _patched_conv_forward, "__module__": __name__,
