@@ -4,6 +4,7 @@ torch.compile), the routing to skwgrad and each fallback reason (with a stand-in
 record_shapes writes a corpus that read_corpus and `skwgrad plan` take."""
 
 import copy
+import json
 import logging
 import shutil
 import subprocess
@@ -382,14 +383,23 @@ class FakeLauncher:
     """Stands for skwgrad.launcher.api: records each wgrad call and writes dW (PyTorch's, in fp64
     then cast, or a wrong value) into out, or raises what it is told to."""
 
-    def __init__(self, raises=None, wrong=False, native_preferred=False, no_fp32_dw=False):
+    def __init__(self, raises=None, wrong=False, native_preferred=False, no_fp32_dw=False, tuning_finds_native=False):
         self.calls, self.raises, self.wrong, self.pref, self.no_fp32_dw = [], raises, wrong, native_preferred, no_fp32_dw
+        self.tuning, self.tuning_finds_native, self.pref_asked = None, tuning_finds_native, []
+
+    def set_tuning(self, on):
+        self.tuning = on
+
+    def tuning_enabled(self):
+        return bool(self.tuning)
 
     def wgrad(self, x, dy, *, filter_size, stride, padding, dilation, groups, out, **kw):
         self.calls.append(dict(kw, x=x, dy=dy, out=out, filter_size=filter_size, stride=stride, padding=padding,
                                groups=groups))  # fmt: skip
         if self.raises is not None:
             raise self.raises
+        if self.tuning and self.tuning_finds_native:  # tune on first use: this call timed PyTorch's op faster
+            self.pref = True
         if self.no_fp32_dw and out.dtype == torch.float32 and x.dtype != torch.float32:
             raise NoKernelError("no cached kernel fits dw_dtype=fp32; build one with: skwgrad compile-all ...")
         fn = torch.nn.grad.conv3d_weight if x.dim() == 5 else torch.nn.grad.conv2d_weight
@@ -399,6 +409,7 @@ class FakeLauncher:
 
     def native_preferred(self, problem, **where):
         assert isinstance(problem, ConvProblem)
+        self.pref_asked.append(problem)
         return self.pref
 
 
@@ -507,6 +518,46 @@ def test_tuned_record_preferring_native(fake_gpu):
     assert fl.calls == [] and st.stats()["reasons"] == {"tuned_native": 1}
 
 
+def test_tune_on_first_use_record_preferring_native_is_read_after_the_first_launch(fake_gpu):
+    """With tuning on, the first launch of a shape is what times PyTorch's op: the record cannot
+    exist when the shape is first decided, so the op reads it again after that launch and the
+    shape goes native from then on."""
+    fl = fake_gpu(FakeLauncher(tuning_finds_native=True))
+    assert st.configure(tune=True)["tune"] is True and fl.tuning is True
+    try:
+        dw1, (x, dy) = _bf16_wgrad_call()
+        dw2, _ = _bf16_wgrad_call()
+        _bf16_wgrad_call()
+    finally:
+        st.configure(tune=None)
+    assert fl.tuning is None
+    assert len(fl.calls) == 1  # only the first (tuning) call launched skwgrad
+    assert len(fl.pref_asked) == 2  # when first decided, and once after the first launch; not per call
+    assert fl.pref_asked[0] == fl.pref_asked[1] and fl.pref_asked[1].dw_dtype == "fp32"
+    s = st.stats()
+    assert (s["skwgrad"], s["native"], s["reasons"]) == (1, 2, {"tuned_native": 2})
+    native = _ops._native_wgrad(x, dy, [6, 2, 3, 3], [2, 2], [1, 1], [1, 1], 2, torch.float32)
+    assert torch.equal(dw2, native)
+    torch.testing.assert_close(dw1, native, rtol=1e-2, atol=1e-2)
+
+
+def test_record_is_read_again_for_the_problem_as_launched(fake_gpu):
+    """No fp32-dW kernel: dW was computed in bf16 and widened, so the record to read is the
+    bf16-dW problem's."""
+    fl = fake_gpu(FakeLauncher(no_fp32_dw=True))
+    _bf16_wgrad_call()
+    _bf16_wgrad_call()
+    assert [p.dw_dtype for p in fl.pref_asked] == ["fp32", "bf16"]
+    assert st.stats()["skwgrad"] == 2
+
+
+def test_tuning_not_preferring_native_keeps_skwgrad(fake_gpu):
+    fl = fake_gpu(FakeLauncher())
+    for _ in range(3):
+        _bf16_wgrad_call()
+    assert len(fl.calls) == 3 and len(fl.pref_asked) == 2 and st.stats()["native"] == 0
+
+
 def test_disabled_flag_and_context_manager(fake_gpu):
     fl = fake_gpu(FakeLauncher())
     with st.enabled(False):
@@ -589,9 +640,16 @@ def test_record_shapes_writes_a_corpus_that_read_corpus_and_plan_take(tmp_path):
         dtype="fp32", precision=_ops._fp32_precision(),
     )  # fmt: skip
     assert by["0.dw"].is_depthwise and by["0.block.conv2"].g == 2 and by["0.dil"].dilation == (1, 2, 2)
-    for _, p in rows:
+    for _, _, p in corpus:  # every problem as read back from the CSV
         res = CliRunner().invoke(main, ["plan", "--problem", p.describe(), "--arch", "sm_90", "--json"])
         assert res.exit_code == 0, (p.describe(), res.output)
+        assert json.loads(res.output)["problem"] == p.describe()
+    # The command that builds a cache for the model reads the file too (a dry run compiles nothing).
+    res = CliRunner().invoke(main, ["compile-all", "--corpus", str(path), "--arch", "sm_90", "--dry-run", "--json",
+                                    "--cache", str(tmp_path / "cache")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output[res.output.index("{"):])
+    assert doc["selection"]["problems"] == len(rows) and doc["total"] > 0 and not (tmp_path / "cache").exists()
 
 
 def test_record_shapes_dedupes_and_records_amp_and_3d(tmp_path):

@@ -84,11 +84,15 @@ _cfg = _Config()
 _UNSET = object()
 
 
-def configure(*, cache=_UNSET, verify=_UNSET, streamk=_UNSET, reduction=_UNSET) -> dict:
+def configure(*, cache=_UNSET, verify=_UNSET, streamk=_UNSET, reduction=_UNSET, tune=_UNSET) -> dict:
     """Set how the op calls skwgrad: ``cache`` (a path or cache object; None = the default cache),
     ``verify`` (compare the first skwgrad dW of every problem with PyTorch's and fall back for
     that problem when they differ; also ``SKWGRAD_TORCH_VERIFY=1``), ``streamk``/``reduction``
-    (passed to ``skwgrad.wgrad``). Forgets earlier per-problem decisions. Returns the settings."""
+    (passed to ``skwgrad.wgrad``), ``tune`` (the launcher's tune on first use,
+    ``skwgrad.launcher.api.set_tuning``: True/False, None = ``$SKWGRAD_TUNE``; the first call of a
+    new shape then times the cached kernels and PyTorch's own weight gradient, and the shape
+    falls back to PyTorch, reason ``tuned_native``, when PyTorch's was faster). Forgets earlier
+    per-problem decisions. Returns the settings."""
     if cache is not _UNSET:
         _cfg.cache = cache
     if verify is not _UNSET:
@@ -97,9 +101,19 @@ def configure(*, cache=_UNSET, verify=_UNSET, streamk=_UNSET, reduction=_UNSET) 
         _cfg.streamk = streamk
     if reduction is not _UNSET:
         _cfg.reduction = reduction
+    if tune is not _UNSET:
+        _api()["api"].set_tuning(None if tune is None else bool(tune))
     clear_decisions()
     return {"enabled": _cfg.enabled, "verify": _cfg.verify, "cache": _cfg.cache, "streamk": _cfg.streamk,
-            "reduction": _cfg.reduction}  # fmt: skip
+            "reduction": _cfg.reduction, "tune": _tuning_on()}  # fmt: skip
+
+
+def _tuning_on():
+    """The launcher's tune-on-first-use setting (None when the launcher cannot be imported)."""
+    try:
+        return bool(_api()["api"].tuning_enabled())
+    except Exception:
+        return None
 
 
 class enabled:
@@ -351,7 +365,8 @@ def _gpu_device(x: Tensor) -> bool:
 
 def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision):
     """[description, problem or None, sticky native reason or None, dtype skwgrad computes dW in
-    (None: the dW dtype)], memoised per shape."""
+    (None: the dW dtype), whether the tuned record was read again after the first launch],
+    memoised per shape."""
     key = (x.device.type, x.device.index, tuple(x.shape), tuple(dy.shape), tuple(weight_shape), tuple(stride),
            tuple(padding), tuple(dilation), groups, x.dtype, dy.dtype, dw_dtype, deterministic, precision)  # fmt: skip
     d = _decisions.get(key)
@@ -383,7 +398,7 @@ def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, de
                         reason = "tuned_native"
                 except SkwgradError as e:
                     reason = _reason_of(e)
-    d = [desc, problem, reason, None]
+    d = [desc, problem, reason, None, False]
     with _lock:
         _decisions[key] = d
     return key, d
@@ -440,13 +455,33 @@ def _verify(dw, x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype
         raise CheckFailed(f"skwgrad dW differs from PyTorch's by {err:.3g} (relative to max |dW|), bound {bound:.3g}")
 
 
+def _recheck_tuned(d, x, weight_shape, stride, padding, dilation, groups, precision) -> None:
+    """Once per shape, after its first skwgrad launch: read the tuned record again. With tune on
+    first use, that launch is what timed the candidates and PyTorch's op (the record did not
+    exist when the shape was first decided); when PyTorch's was faster, later calls go native
+    (sticky ``tuned_native``). The record is keyed by the problem as launched (its dW dtype is
+    the input dtype when dW was computed so and widened)."""
+    problem, compute = d[1], d[3]
+    pref = _api()["native_preferred"]
+    if pref is None or problem is None:
+        return
+    if compute is not None:
+        xdt = _DTYPE_NAMES.get(x.dtype)
+        problem = _problem(x.shape, weight_shape, stride, padding, dilation, groups, xdt, _DTYPE_NAMES[compute], precision)
+    try:
+        if pref(problem, cache=_cfg.cache, device=x.device.index):
+            d[2] = "tuned_native"
+    except SkwgradError:
+        pass  # the launch just worked: an unreadable record leaves the decision as it is
+
+
 def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, name) -> Tensor:
     weight_shape, stride, padding, dilation = list(weight_shape), list(stride), list(padding), list(dilation)
     dw_dtype = dw_dtype if dw_dtype is not None else x.dtype
     deterministic = torch.are_deterministic_algorithms_enabled()
     precision = _fp32_precision() if x.dtype == torch.float32 else ""
     key, d = _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision)
-    desc, problem, reason, compute = d
+    desc, problem, reason, compute = d[:4]
     if reason is None and not _cfg.enabled:
         reason = "disabled"
     detail = ""
@@ -474,6 +509,9 @@ def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, nam
                 d[2] = reason
         else:
             _count(desc, name, "skwgrad", None, cast=compute is not None)
+            if not d[4]:
+                d[4] = True
+                _recheck_tuned(d, x, weight_shape, stride, padding, dilation, groups, precision)
             return dw
     _count(desc, name, "native", reason, detail)
     return _native_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype)
@@ -638,7 +676,6 @@ _SUBCLASSES: dict = {nn.Conv2d: SkwgradConv2d, nn.Conv3d: SkwgradConv3d}
 def _patched_class(cls):
     got = _SUBCLASSES.get(cls)
     if got is None:
-        base = nn.Conv3d if issubclass(cls, nn.Conv3d) else nn.Conv2d
         got = _SUBCLASSES[cls] = type(
             "Skwgrad" + cls.__name__, (cls,),
             {"_conv_forward": _patched_conv_forward, "__module__": __name__,
