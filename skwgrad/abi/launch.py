@@ -127,6 +127,9 @@ def launch_geometry(
 # iterations.
 DWCONV_CTAS_PER_CU = 4  # enough resident CTAs to hide the gather latency (~4 waves of CTAs)
 DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue dominates
+# window kernels: one step is BR strips x BW columns x every tap of TR rows (7-21x a gather
+# step's products), so fewer steps per split already hide the epilogue
+DWCONV_WIN_MIN_STEPS = 2
 
 
 def dwconv_window(mode: str) -> tuple[int, int]:
@@ -167,7 +170,8 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
         raise ProblemError(f"dwconv_ks_count needs compute_units > 0 and ctas_per_cu > 0, got {compute_units}, {ctas_per_cu}")
     t = dwconv_tiling(problem, bc, 1, br, mode)
     want = math.ceil(ctas_per_cu * compute_units / t.num_tiles)
-    return max(1, min(want, t.iters_per_tile // DWCONV_MIN_STEPS, t.iters_per_tile))
+    min_steps = DWCONV_WIN_MIN_STEPS if dwconv_window(mode)[0] else DWCONV_MIN_STEPS
+    return max(1, min(want, t.iters_per_tile // min_steps, t.iters_per_tile))
 
 
 def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int,

@@ -24,6 +24,24 @@ sums replicas in split order: deterministic), ``workspace`` (atomics into one f3
 zeroed by the launcher, then the Stage-2 reduce over that one replica casts it: not
 deterministic, but the Stage-2 loop is one replica long where two_stage's is ks_count long).
 
+Window kernels (mode ``win<BW>[r<TR>]``, ``_dwconv_win``; stride and dilation 1 along W): each
+thread owns one channel vector of a strip of BW output columns, loads the strip's dy vectors and
+each x vector of the window once (converted once) and uses it for every tap that reads it.
+Inner loop, sm_90 SASS (compile.py's own compile, nvdisasm), instructions per multiply-add
+product per thread, bf16 16-byte vectors, 4 warps:
+    taps-inner default c16t16r32 (3x3):  406 / 36   = 11.3   (64 FFMA, 16 LDG; 7 of 16 taps padding)
+    win7r3 c16t3r64 (3x3, 3 tap rows):  1245 / 504  =  2.47  (504 FFMA, 34 LDG, 408 bf16->fp32)
+    win7 c16t3r64 (3x3, 1 tap row):      532 / 168  =  3.17
+    win7 c16t5r64 (5x5):                 686 / 280  =  2.45
+    win7 c16t7r64 (7x7):                 840 / 392  =  2.14
+    fp16 win7r3: 2.20, fp32 (v4, c16) win7r3: 2.30; no local memory (win14r3 spills: not used)
+gfx942 (v_pk_fma_f32: 2 products per FMA instruction): taps-inner 11.9, win7r3 (c32) 2.95, 7x7 2.48.
+Memory per product: x is read once per tap row from L1/L2 (BW + KX - 1 vectors per BW * KX
+products), dy once per TR tap rows; HBM traffic stays x + dy + dW once (the CTAs of one split
+share rows in L2). At ~2.5 instructions per product the H200's issue rate (132 SMs x 128 lanes x
+1.98 GHz) gives MobileNetV2 dw3x3 144ch N=32 56x56 (130 M products) ~10 us, under its 13.4 us
+memory roofline; ConvNeXt dw7x7 384ch N=32 14x14 (118 M products) ~8 us (roofline 2.2 us).
+
 Addressing follows ``wgrad``: a row's x offset and a tap's offset add; each spatial bounds check
 is one unsigned compare of ``row_base + tap`` (a negative index wraps to a huge one); rows past
 the range and padding taps get a coordinate of OUTSIDE so the w check masks them; rows are
