@@ -3,8 +3,13 @@ vs float64, device time of each candidate config, cuDNN's own weight gradient in
 % of the memory roofline.
 
 Two steps, so the GPU machine never compiles:
-  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels
+  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels   (--set window, 116 sm_90 kernels)
   GPU machine: python benchmarks/gpu_depthwise.py run --kernels .device/dwkernels --out dw.json
+
+``--set window`` (the default) times the window kernels (mode ``win<BW>[r<TR>]``) against the
+current default's taps-layout kernels and cuDNN: per row ``best_window``, ``best_current`` and
+the auto pick of the proposed rule (``window_auto``, else ``auto_choice``). ``--set tune`` is the
+2026-12-01 sweep (1364 candidates).
 
 The objects are launched the way benchmarks/gpu_kernels.py launches them (its ``Runtime`` and
 ``Launch``: cuda-bindings ``cuLaunchKernel`` with the ABI ``Packer``'s kernargs; grid and workspace
