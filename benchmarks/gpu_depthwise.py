@@ -3,8 +3,13 @@ vs float64, device time of each candidate config, cuDNN's own weight gradient in
 % of the memory roofline.
 
 Two steps, so the GPU machine never compiles:
-  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels
+  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels   (--set window, 116 sm_90 kernels)
   GPU machine: python benchmarks/gpu_depthwise.py run --kernels .device/dwkernels --out dw.json
+
+``--set window`` (the default) times the window kernels (mode ``win<BW>[r<TR>]``) against the
+current default's taps-layout kernels and cuDNN: per row ``best_window``, ``best_current`` and
+the auto pick of the proposed rule (``window_auto``, else ``auto_choice``). ``--set tune`` is the
+2026-12-01 sweep (1364 candidates).
 
 The objects are launched the way benchmarks/gpu_kernels.py launches them (its ``Runtime`` and
 ``Launch``: cuda-bindings ``cuLaunchKernel`` with the ABI ``Packer``'s kernargs; grid and workspace
@@ -108,9 +113,42 @@ TUNE = {  # taps class -> extra (BC, BR, warps) beside the default sweep's DWCON
 }
 
 
+def window_build_specs() -> list[KernelSpec]:
+    """``--set window`` (the default): the window kernels (``sweep.DWCONV_WINDOW``, mode
+    ``win<BW>[r<TR>]``) at every epilogue, beside the current default's kernels (the
+    ``sweep.DWCONV_DEFAULT`` taps-layout configurations and what ``auto`` picks from the default
+    sweep), the default's grouped picks and the Stage-2 reduces: new vs current vs cuDNN."""
+    from skwgrad.aot.sweep import DWCONV_DEFAULT, dwconv_specs, dwconv_window_specs, grouped_specs
+
+    out = set()
+    for dt in ("bf16", "fp16", "fp32"):
+        for dw in ((dt, "fp32") if dt != "fp32" else ("fp32",)):
+            variants = ("direct", "two_stage") + (("workspace",) if dw == dt != "fp32" else ("atomic",))
+            for dims in (2, 3):
+                out.update(dwconv_window_specs("sm_90", dt, dw, variants, dims=dims))
+        for taps, (bc, br, warps, mode) in DWCONV_DEFAULT.items():  # the current default, measured
+            split = "atomic" if dt == "fp32" else "workspace"
+            out.add(_spec(split, dt, "fp32" if dt == "fp32" else dt, taps, (bc, br, warps), vec=WIDEST[dt], mode=mode))
+    default = set()
+    for dt in ("bf16", "fp16", "fp32"):
+        default.update(dwconv_specs("default", "sm_90", dt))
+        default.update(grouped_specs("default", "sm_90", dt))
+    out.update(s for s in default if (s.family == "dwconv" and s.mode == "taps") or s.family == "grouped")
+    for _, text in SHAPES:
+        p = parse_problem(text)
+        if (p.c, p.k) == (1, 1):
+            picks = [auto_choice(p, default, 132), auto_choice(p, default, 132, deterministic=True)]
+        else:
+            picks = [auto_grouped(p, default, 132)]
+        out.update(pick[0] for pick in picks if pick)
+    for dt in ("bf16", "fp16", "fp32"):
+        out.add(KernelSpec("stage2", "reduce", dt, dt, block=STAGE2_BLOCK, num_warps=4))
+    return sorted(out)
+
+
 def build_specs() -> list[KernelSpec]:
-    """The tuning candidates below, plus what the proposed ``auto`` picks for each row out of the
-    default sweep (so the auto rows time the very kernels a default cache would hold)."""
+    """``--set tune``: the tuning candidates below, plus what the proposed ``auto`` picks for each
+    row out of the default sweep (so the auto rows time the very kernels a default cache would hold)."""
     from skwgrad.aot.sweep import dwconv_specs, grouped_specs
 
     out = set()
@@ -168,7 +206,10 @@ def cmd_build(a):
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    specs = build_specs()
+    specs = window_build_specs() if a.set == "window" else build_specs()
+    if a.count:
+        print(f"{len(specs)} specs")
+        return 0
     t0 = time.time()
     failed = 0
     with ProcessPoolExecutor(a.jobs) as ex:
@@ -261,6 +302,32 @@ def auto_choice(p, specs, sms, deterministic=False):
     return None
 
 
+def window_auto(p, specs, sms, deterministic=False):
+    """The rule proposed for ``select`` with window kernels cached: a window kernel that admits
+    the problem (X == bn, stride and dilation 1 along W, G % vec == 0; the widest vector) before
+    any gather kernel; ks_count = ``dwconv_ks_count(..., mode=spec.mode)``; ``direct`` at one
+    split, else workspace (dW in the input dtype) / atomic (fp32 dW), two_stage if deterministic."""
+    fits = []
+    for s in specs:
+        if s.family != "dwconv" or not s.dwconv_window[0]:
+            continue
+        try:
+            s.check_problem(p)
+        except Exception:  # noqa: BLE001
+            continue
+        fits.append(s)
+    if not fits:
+        return None
+    vmax = max(s.vec_c for s in fits)
+    lead = sorted(s for s in fits if s.vec_c == vmax)[0]
+    ks = dwconv_ks_count(p, bc=lead.bm, br=lead.bk, compute_units=sms, mode=lead.mode)
+    variant = "direct" if ks == 1 else (deterministic and "two_stage") or ("atomic" if p.dw_dtype == "fp32" else "workspace")
+    for s in fits:
+        if s.vec_c == vmax and s.variant == variant and (s.bm, s.bn, s.bk, s.mode) == (lead.bm, lead.bn, lead.bk, lead.mode):
+            return s, ks
+    return None
+
+
 def auto_grouped(p, specs, sms):
     """The rule proposed for ``select`` on a grouped problem with few channels per group: among
     ``sweep.GROUPED_CONFIGS`` the (GB, BM) with G % GB == 0 and GB*K <= BM that fills BM best
@@ -306,14 +373,17 @@ def candidates(p, specs, sms):
     jobs = []
     if p.is_depthwise or (p.c, p.k) == (1, 1):
         adm = [s for s in adm if s.family == "dwconv"]
+        win = [s for s in adm if s.dwconv_window[0]]
+        adm = [s for s in adm if not s.dwconv_window[0]]
         if adm:
             vmax = max(s.vec_c for s in adm)
             tmin = min(s.bn for s in adm)
             adm = [s for s in adm if (s.vec_c == vmax or s.mode == "taps") and s.bn == tmin]
-        for s in adm:
-            for k in sorted({dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c) for c in CTAS_PER_CU_OPTIONS}):
+        for s in adm + win:
+            ks_set = {dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c, mode=s.mode) for c in CTAS_PER_CU_OPTIONS}
+            for k in sorted(ks_set):
                 jobs.append((s, k))
-        auto = auto_choice(p, specs, sms)
+        auto = window_auto(p, specs, sms) or auto_choice(p, specs, sms)
         det = auto_choice(p, specs, sms, deterministic=True)
         if det and auto and det != auto:
             jobs.append(det)
@@ -425,10 +495,14 @@ def cmd_run(a):
             del L
         row["best"] = best
         row["best_by_variant"] = by_variant
+        good = [c for c in row["candidates"] if c["ok"]]
+        row["best_window"] = min((c for c in good if "_win" in c["label"]), key=lambda c: c["us"], default=None)
+        row["best_current"] = min((c for c in good if "_win" not in c["label"]), key=lambda c: c["us"], default=None)
         rows.append(row)
         fmt = lambda c: f"{c['us']:8.1f} us {row['roofline_us'] / c['us'] * 100:5.0f}% {torch_us / c['us']:5.2f}x {c['label']} ks={c['ks_count']}" if c else "      -"  # noqa: E731
         print(f"{name:<32} torch {row['torch_us_benchmark_off']:8.1f}/{row['torch_us_benchmark_on']:8.1f} us "
               f"roof {row['roofline_us']:6.1f} us | best {fmt(best)} | auto {fmt(row.get('auto'))}", flush=True)  # fmt: skip
+        print(f"    window {fmt(row['best_window'])} | current {fmt(row['best_current'])}", flush=True)
         print("    best per variant: " + ", ".join(f"{v} {c['us']:.1f} us ({c['label']} ks={c['ks_count']})" for v, c in sorted(by_variant.items())), flush=True)
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(_doc(dev, sms, rows, failures, a), indent=1))
@@ -439,6 +513,13 @@ def cmd_run(a):
         print(f"{r['name']:<32} {r['torch_us']:8.1f} {b['us'] if b else float('nan'):9.1f} {au['us'] if au else float('nan'):8.1f} "
               f"{(r['roofline_us'] / b['us'] * 100) if b else float('nan'):9.0f} {(r['torch_us'] / b['us']) if b else float('nan'):11.2f} "
               f"{(r['torch_us'] / au['us']) if au and au['ok'] else float('nan'):11.2f}")  # fmt: skip
+    print("\nrow                              torch_us  window_us  current_us  roof%window  torch/window  torch/current")
+    for r in rows:
+        w, c = r.get("best_window"), r.get("best_current")
+        nan = float("nan")
+        print(f"{r['name']:<32} {r['torch_us']:8.1f} {w['us'] if w else nan:10.1f} {c['us'] if c else nan:11.1f} "
+              f"{(r['roofline_us'] / w['us'] * 100) if w else nan:12.0f} {(r['torch_us'] / w['us']) if w else nan:13.2f} "
+              f"{(r['torch_us'] / c['us']) if c else nan:14.2f}")  # fmt: skip
     speed = [r["torch_us"] / r["auto"]["us"] for r in rows if r.get("auto") and r["auto"]["ok"]]
     if speed:
         print(f"auto vs torch: geomean {math.exp(sum(map(math.log, speed)) / len(speed)):.2f}x, min {min(speed):.2f}x over {len(speed)} rows")
@@ -472,6 +553,9 @@ def main():
     b = sub.add_parser("build")
     b.add_argument("--out", required=True)
     b.add_argument("--jobs", type=int, default=os.cpu_count())
+    b.add_argument("--set", choices=("window", "tune"), default="window",
+                   help="window: the window kernels vs the current default's (this session); tune: the 2026-12-01 sweep")
+    b.add_argument("--count", action="store_true", help="print the number of kernels and stop")
     r = sub.add_parser("run")
     r.add_argument("--kernels", required=True)
     r.add_argument("--out", required=True, help="JSON file")

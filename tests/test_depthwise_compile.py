@@ -47,6 +47,9 @@ def dw_specs():
         dws("atomic", "fp32", "fp32", vec=4, taps=32, sd=3),
         dws("direct", "fp16", "fp16", vec=1, bc=32, taps=32),
         dws("workspace", "bf16", vec=4, bc=32, taps=16, br=16, mode="taps"),
+        # window kernels: 3 tap rows of a 3-wide filter per CTA; a 7-wide filter, one row, 3-D
+        dws("workspace", "bf16", bc=32, taps=3, br=64, mode="win7r3"),
+        dws("atomic", "fp16", "fp32", bc=32, taps=7, br=64, mode="win7", sd=3),
     ]
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 from skwgrad.abi import kernargs
@@ -65,7 +66,7 @@ def launch_geometry(
     ``ks_count`` the split-K degree (stream-K kernels pin it to 1)."""
     kernargs.declaration(family, variant)  # known family/variant
     if family == "dwconv":
-        return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count)
+        return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count, mode=mode)
     if family == "grouped":
         return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
@@ -126,13 +127,34 @@ def launch_geometry(
 # iterations.
 DWCONV_CTAS_PER_CU = 4  # enough resident CTAs to hide the gather latency (~4 waves of CTAs)
 DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue dominates
+# window kernels: one step is BR strips x BW columns x every tap of TR rows (7-21x a gather
+# step's products), so fewer steps per split already hide the epilogue
+DWCONV_WIN_MIN_STEPS = 2
 
 
-def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int) -> Tiling:
+def dwconv_window(mode: str) -> tuple[int, int]:
+    """(BW, TR) of a window-kernel mode ``win<BW>[r<TR>]``, (0, 0) for the gather kernels; the
+    one parser (``KernelSpec.dwconv_window`` reads the same)."""
+    m = re.fullmatch(r"win([1-9]\d*)(?:r([1-9]\d*))?", mode)
+    return (int(m.group(1)), int(m.group(2) or 1)) if m else (0, 0)
+
+
+def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str = "") -> Tiling:
+    """Gather kernels: tiles = channel blocks, iterations = steps of BR rows. Window kernels
+    (mode ``win<BW>[r<TR>]``): tiles = channel blocks x groups of TR tap rows (kz, ky),
+    iterations = steps of BR strips of BW output columns (N*Do*Ho*ceil(Wo/BW) strips)."""
     for name, v in (("BC", bc), ("TAPS", taps), ("BR", br)):
         if v <= 0:
             raise ProblemError(f"dwconv {name} must be positive, got {v}")
     cblocks = math.ceil(problem.g / bc)
+    bw, tr = dwconv_window(mode)
+    if bw:
+        groups = math.ceil(problem.z * problem.y / tr)
+        strips = problem.n * problem.do * problem.ho * math.ceil(problem.wo / bw)
+        return Tiling(
+            bm=bc, bn=taps, bk=br, m_tiles_per_group=1, m_tiles=cblocks * groups, n_tiles=1,
+            num_tiles=cblocks * groups, iters_per_tile=math.ceil(strips / br),
+        )  # fmt: skip
     return Tiling(
         bm=bc, bn=taps, bk=br, m_tiles_per_group=1, m_tiles=cblocks, n_tiles=1, num_tiles=cblocks,
         iters_per_tile=math.ceil(problem.gemm_k / br),
@@ -140,26 +162,32 @@ def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int) -> Tiling:
 
 
 def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
-                    ctas_per_cu: int = DWCONV_CTAS_PER_CU) -> int:  # fmt: skip
+                    ctas_per_cu: int = DWCONV_CTAS_PER_CU, mode: str = "") -> int:  # fmt: skip
     """The split-K degree that fills the device: ``ctas_per_cu * compute_units`` CTAs over the
     channel blocks, each split keeping at least DWCONV_MIN_STEPS steps (clamped to [1, steps]).
     ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``)."""
     if compute_units <= 0 or ctas_per_cu <= 0:
         raise ProblemError(f"dwconv_ks_count needs compute_units > 0 and ctas_per_cu > 0, got {compute_units}, {ctas_per_cu}")
-    t = dwconv_tiling(problem, bc, 1, br)
+    t = dwconv_tiling(problem, bc, 1, br, mode)
     want = math.ceil(ctas_per_cu * compute_units / t.num_tiles)
-    return max(1, min(want, t.iters_per_tile // DWCONV_MIN_STEPS, t.iters_per_tile))
+    min_steps = DWCONV_WIN_MIN_STEPS if dwconv_window(mode)[0] else DWCONV_MIN_STEPS
+    return max(1, min(want, t.iters_per_tile // min_steps, t.iters_per_tile))
 
 
-def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int) -> LaunchGeometry:
-    """Resolve one dwconv launch (``ks_count`` from ``dwconv_ks_count`` or the caller)."""
+def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int,
+                    mode: str = "") -> LaunchGeometry:  # fmt: skip
+    """Resolve one dwconv launch (``ks_count`` from ``dwconv_ks_count`` or the caller). A window
+    kernel's ``ks_count`` past its steps is clamped to them (a caller sizing it by the gather
+    rule, which counts steps of rows, not of strips, asks for more)."""
     kernargs.declaration("dwconv", variant)
     if (problem.c, problem.k) != (1, 1):
         raise ProblemError(f"dwconv is depthwise (C = K = 1 per group); the problem has C = {problem.c}, K = {problem.k}")
-    tiling = dwconv_tiling(problem, bc, taps, br)
+    tiling = dwconv_tiling(problem, bc, taps, br, mode)
     steps = tiling.iters_per_tile
     if steps > kernargs.I32_MAX or problem.gemm_k + br > kernargs.I32_MAX:
         raise ProblemError(f"{problem.gemm_k} rows overflow the kernel's i32 row counters")
+    if dwconv_window(mode)[0]:
+        ks_count = max(1, min(ks_count, steps))
     if not 1 <= ks_count <= steps:
         raise ProblemError(f"ks_count must be in [1, {steps}] (the steps of {br} rows), got {ks_count}")
     ks_iters = math.ceil(steps / ks_count)
@@ -182,7 +210,7 @@ def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, b
         if ws_bytes > kernargs.I32_MAX:
             raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
         scalars["ws_bytes"] = ws_bytes
-    return LaunchGeometry(problem, "dwconv", variant, "", tiling, grid, ks_count, ks_iters, None, ws, scalars)
+    return LaunchGeometry(problem, "dwconv", variant, mode, tiling, grid, ks_count, ks_iters, None, ws, scalars)
 
 
 # -- packed-group family (``grouped``): GB groups per tile, block-diagonal ------------------------

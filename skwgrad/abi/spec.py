@@ -201,8 +201,13 @@ class KernelSpec:
     def _validate_dwconv(self, bad):
         if self.block or self.pointwise:
             raise bad("dwconv kernels have no block size or pointwise addressing")
-        if self.mode not in ("", "taps"):
-            raise bad("dwconv mode is '' (taps over the threads) or 'taps' (every tap of a row in one thread)")
+        win, rows = self.dwconv_window
+        if self.mode not in ("", "taps") and not (1 <= win <= 16 and 1 <= rows <= 8):
+            raise bad(
+                "dwconv mode is '' (taps over the threads), 'taps' (every tap of a row in one thread) "
+                "or 'win<BW>[r<TR>]' (strips of BW = 1..16 output columns, TR = 1..8 tap rows per CTA; "
+                "bn is then the exact filter width)"
+            )
         if self.dw_dtype not in (self.dtype, "fp32"):
             raise bad("dW is the input dtype or fp32")
         if self.spatial_dims not in (2, 3):
@@ -217,7 +222,10 @@ class KernelSpec:
             raise bad(f"vec_c = vec_k is the channel vector width, a power of two <= {widest} (16-byte loads)")
         for name, lo, hi in (("bm (channels per CTA)", v, 1024), ("bn (taps)", 1, 128), ("bk (rows per step)", 1, 64)):
             x = {"bm": self.bm, "bn": self.bn, "bk": self.bk}[name[:2]]
-            if x < lo or x > hi or x & (x - 1):
+            if win and name[:2] == "bn":
+                if not 1 <= x <= 16:
+                    raise bad("win: bn is the filter width X, 1..16")
+            elif x < lo or x > hi or x & (x - 1):
                 raise bad(f"{name} must be a power of two in [{lo}, {hi}]")
         if self.bk * self.bn * self.bm > 64 * 1024:
             raise bad("bk x bn x bm (the x gather of one step) must be at most 65536 elements")
@@ -226,11 +234,20 @@ class KernelSpec:
         if (self.dtype == "fp32") != (self.precision == "ieee") or (self.dtype != "fp32" and self.precision):
             raise bad("fp32 input takes precision 'ieee' (dwconv accumulates fp32 FMAs); other dtypes none")
 
+    @property
+    def dwconv_window(self) -> tuple[int, int]:
+        """(BW, TR) of a dwconv ``win<BW>[r<TR>]`` kernel (output columns per thread strip, tap
+        rows per CTA), else (0, 0)."""
+        from skwgrad.abi.launch import dwconv_window  # the one parser (launch imports no spec)
+
+        return dwconv_window(self.mode) if self.family == "dwconv" else (0, 0)
+
     def _label_dwconv(self) -> str:
         dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
         return (
             f"dwconv_{dt}_{self.spatial_dims}d_v{self.vec_c}_c{self.bm}t{self.bn}r{self.bk}"
-            f"_w{self.num_warps}s{self.num_stages}{'_tapsinner' if self.mode == 'taps' else ''}_{self.variant}"
+            f"_w{self.num_warps}s{self.num_stages}{'_tapsinner' if self.mode == 'taps' else ''}"
+            f"{'_' + self.mode if self.dwconv_window[0] else ''}_{self.variant}"
         )
 
     def _check_problem_dwconv(self, p: ConvProblem) -> None:
@@ -252,7 +269,13 @@ class KernelSpec:
                 f"{self.label} loads {self.vec_c} channels at a time; G = {p.g} channels is not a multiple of {self.vec_c}"
             )
         taps = p.z * p.y * p.x
-        if taps > self.bn:
+        if self.dwconv_window[0]:
+            if p.x != self.bn or p.stride[2] != 1 or p.dilation[2] != 1:
+                raise AbiError(
+                    f"{self.label} is a window kernel for filters {self.bn} wide at stride and dilation 1 "
+                    f"along W; the problem has X = {p.x}, stride_w = {p.stride[2]}, dilation_w = {p.dilation[2]}"
+                )
+        elif taps > self.bn:
             raise AbiError(f"{self.label} holds {self.bn} filter taps; the problem's {p.z}x{p.y}x{p.x} filter has {taps}")
 
     # -- packed-group family (``grouped``) -------------------------------------------------------

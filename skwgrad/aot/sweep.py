@@ -641,6 +641,29 @@ DWCONV_SMOKE = (16, (64, 4, 4))
 DWCONV_DEFAULT = {16: (16, 32, 4, "taps"), 32: (16, 16, 4, "taps"), 64: (32, 2, 4, "")}
 
 
+# The window kernels (mode ``win<BW>[r<TR>]``, see depthwise._dwconv_win): filter width X ->
+# (mode, BP strips per step), for stride and dilation 1 along W at the widest vector. Chosen by the
+# sm_90 SASS of the inner loop (instructions per multiply-add product, bf16: 3x3 win7r3 2.47,
+# 5x5 win7 2.45, 7x7 win7 2.14, vs 11.3 for the taps-inner default; win14r3 spills) with no
+# local memory; BC = 16 channels per CTA on 32-lane parts, 32 on wave-64 parts (one 16-byte
+# vector per thread per strip), 4 warps. In broad/full; not yet in the default (unmeasured on a GPU:
+# benchmarks/gpu_depthwise.py times them against the default's kernels and cuDNN).
+DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7", 64), 7: ("win7", 64)}
+
+
+def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2) -> list[KernelSpec]:
+    """The window kernels for one arch, dtype and dW dtype (3-D: the 3-wide class only)."""
+    W = widest_vec(dtype)
+    bc = 16 * ARCHES[arch].wave_size // 32
+    out = []
+    for x, (mode, bp) in DWCONV_WINDOW.items():
+        if dims == 3 and x != 3:
+            continue
+        for variant in variants:
+            out.append(_dwconv_spec(variant, dtype, dw, x, (bc, bp, 4), dims=dims, vec=W, mode=mode))
+    return out
+
+
 def _dwconv_spec(variant, dtype, dw, taps, cfg, *, dims=2, vec=1, mode=""):
     bc, br, warps = cfg
     prec = "ieee" if dtype == "fp32" else ""
@@ -683,6 +706,9 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
         variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
         for variant in variants:
             out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
+    for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):
+        variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
+        out += dwconv_window_specs(arch, dtype, dw, variants, dims=dims)
     return out
 
 

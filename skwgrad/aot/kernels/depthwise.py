@@ -24,6 +24,24 @@ sums replicas in split order: deterministic), ``workspace`` (atomics into one f3
 zeroed by the launcher, then the Stage-2 reduce over that one replica casts it: not
 deterministic, but the Stage-2 loop is one replica long where two_stage's is ks_count long).
 
+Window kernels (mode ``win<BW>[r<TR>]``, ``_dwconv_win``; stride and dilation 1 along W): each
+thread owns one channel vector of a strip of BW output columns, loads the strip's dy vectors and
+each x vector of the window once (converted once) and uses it for every tap that reads it.
+Inner loop, sm_90 SASS (compile.py's own compile, nvdisasm), instructions per multiply-add
+product per thread, bf16 16-byte vectors, 4 warps:
+    taps-inner default c16t16r32 (3x3):  406 / 36   = 11.3   (64 FFMA, 16 LDG; 7 of 16 taps padding)
+    win7r3 c16t3r64 (3x3, 3 tap rows):  1245 / 504  =  2.47  (504 FFMA, 34 LDG, 408 bf16->fp32)
+    win7 c16t3r64 (3x3, 1 tap row):      532 / 168  =  3.17
+    win7 c16t5r64 (5x5):                 686 / 280  =  2.45
+    win7 c16t7r64 (7x7):                 840 / 392  =  2.14
+    fp16 win7r3: 2.20, fp32 (v4, c16) win7r3: 2.30; no local memory (win14r3 spills: not used)
+gfx942 (v_pk_fma_f32: 2 products per FMA instruction): taps-inner 11.9, win7r3 (c32) 2.95, 7x7 2.48.
+Memory per product: x is read once per tap row from L1/L2 (BW + KX - 1 vectors per BW * KX
+products), dy once per TR tap rows; HBM traffic stays x + dy + dW once (the CTAs of one split
+share rows in L2). At ~2.5 instructions per product the H200's issue rate (132 SMs x 128 lanes x
+1.98 GHz) gives MobileNetV2 dw3x3 144ch N=32 56x56 (130 M products) ~10 us, under its 13.4 us
+memory roofline; ConvNeXt dw7x7 384ch N=32 14x14 (118 M products) ~8 us (roofline 2.2 us).
+
 Addressing follows ``wgrad``: a row's x offset and a tap's offset add; each spatial bounds check
 is one unsigned compare of ``row_base + tap`` (a negative index wraps to a huge one); rows past
 the range and padding taps get a coordinate of OUTSIDE so the w check masks them; rows are
@@ -45,94 +63,227 @@ def dwconv_wgrad(
     ws_ptr, ws_bytes, ks_iters, ks_count,
     BC: tl.constexpr, BR: tl.constexpr, TAPS_P2: tl.constexpr, IS_3D: tl.constexpr, VEC: tl.constexpr,
     VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr,
+    WIN: tl.constexpr = 0, WIN_ROWS: tl.constexpr = 1,
 ):  # fmt: skip
-    TAPS = Z * Y * X
-    ROWS = N * Do * Ho * Wo
+    if WIN > 0:
+        _dwconv_win(
+            dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+            stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
+            BC, BR, TAPS_P2, WIN, WIN_ROWS, IS_3D, VEC, VARIANT, X_CACHE,
+        )  # fmt: skip
+    else:
+        TAPS = Z * Y * X
+        ROWS = N * Do * Ho * Wo
+        cblocks = tl.cdiv(G, BC)
+        pid = tl.program_id(0)
+        cb = pid % cblocks
+        split = pid // cblocks
+        step0 = split * ks_iters
+        step1 = tl.minimum(step0 + ks_iters, tl.cdiv(ROWS, BR))
+        # -- channels: G % VEC == 0 (check_problem), so each aligned VEC group is one contiguous vector
+        offs_c = cb * BC + tl.arange(0, BC)
+        c_ok = tl.max_constancy(offs_c < G, VEC)
+        ch = tl.max_contiguous(tl.multiple_of(offs_c % G, VEC), VEC)
+        # -- taps: (kz, ky, kx), once per CTA --------------------------------------------------------
+        t = tl.arange(0, TAPS_P2)
+        t_ok = t < TAPS
+        kx = t % X
+        ky = (t // X) % Y
+        kz = t // (X * Y)
+        tap_h = ky * dil_h
+        tap_w = kx * dil_w
+        tap_w_chk = tl.where(t_ok, tap_w, OUTSIDE)  # padding taps fail the w check
+        tap_d = kz * dil_d
+        zero_t = tl.zeros([TAPS_P2], dtype=tl.int32)
+        tap_off = tl.multiple_of(tl.where(t_ok, ((tap_d * Hi + tap_h) * Wi + tap_w) * G, 0), VEC)
+        # -- rows: decomposed once, then walked by carries ---------------------------------------------
+        offs_r = step0 * BR + tl.arange(0, BR)
+        wo = offs_r % Wo
+        tq = offs_r // Wo
+        ho = tq % Ho
+        tq = tq // Ho
+        do_ = tq % Do
+        nb = tq // Do
+        STEP_WO: tl.constexpr = BR
+        step_wo = STEP_WO % Wo
+        sq = STEP_WO // Wo
+        step_ho = sq % Ho
+        sq = sq // Ho
+        step_do = sq % Do
+        step_nb = sq // Do
+        # One accumulator per row of the step: the main loop is then one FMA per product (a per-step
+        # sum over the rows would cost a multiply and an add each); the rows are summed once, at the end.
+        if TAPS_INNER:
+            acc = tl.zeros([TAPS_P2, BR, BC], dtype=tl.float32)
+        else:
+            acc = tl.zeros([BR, TAPS_P2, BC], dtype=tl.float32)
+        for _ in range(step0, step1):
+            r_ok = offs_r < ROWS
+            r = tl.minimum(offs_r, ROWS - 1)
+            # dy block [BR, BC] (the rows are the flattened (n, do, ho, wo) index itself), addressed
+            # as [BR, TAPS_P2, BC] with the taps broadcast: it then gets the x gather's layout, and each
+            # thread reads its own copy from L1 instead of a layout conversion through shared memory
+            # (a barrier per step).
+            dy_row = tl.multiple_of(r * G, VEC)
+            if TAPS_INNER:
+                dy_off = (dy_row[None, :] + zero_t[:, None])[:, :, None] + ch[None, None, :]
+                a = tl.load(dy + dy_off, mask=r_ok[None, :, None] & c_ok[None, None, :], other=0.0)
+            else:
+                dy_off = (dy_row[:, None] + zero_t[None, :])[:, :, None] + ch[None, None, :]
+                a = tl.load(dy + dy_off, mask=r_ok[:, None, None] & c_ok[None, None, :], other=0.0)
+            # x gather [BR, TAPS_P2, BC]
+            h0 = ho * stride_h - pad_h
+            w0 = wo * stride_w - pad_w
+            w0c = tl.where(r_ok, w0, OUTSIDE)
+            if TAPS_INNER:
+                rt_ok = ((h0[None, :] + tap_h[:, None]).to(tl.uint32) < Hi) & ((w0c[None, :] + tap_w_chk[:, None]).to(tl.uint32) < Wi)
+            else:
+                rt_ok = ((h0[:, None] + tap_h[None, :]).to(tl.uint32) < Hi) & ((w0c[:, None] + tap_w_chk[None, :]).to(tl.uint32) < Wi)
+            if IS_3D:
+                d0 = do_ * stride_d - pad_d
+                if TAPS_INNER:
+                    rt_ok = rt_ok & ((d0[None, :] + tap_d[:, None]).to(tl.uint32) < Di)
+                else:
+                    rt_ok = rt_ok & ((d0[:, None] + tap_d[None, :]).to(tl.uint32) < Di)
+                row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
+            else:
+                row_off = (nb * Hi + h0) * Wi + w0
+            row_off = tl.multiple_of(tl.where(r_ok, row_off, 0) * G, VEC)
+            if TAPS_INNER:
+                x_off = (row_off[None, :] + tap_off[:, None])[:, :, None] + ch[None, None, :]
+            else:
+                x_off = (row_off[:, None] + tap_off[None, :])[:, :, None] + ch[None, None, :]
+            b = tl.load(x + x_off, mask=rt_ok[:, :, None] & c_ok[None, None, :], other=0.0, cache_modifier=X_CACHE)
+            acc += a.to(tl.float32) * b.to(tl.float32)
+            # next BR rows: one carry per dim (each remainder stays below its dim)
+            wo += step_wo
+            carry = wo >= Wo
+            wo = tl.where(carry, wo - Wo, wo)
+            ho += step_ho + carry.to(tl.int32)
+            carry = ho >= Ho
+            ho = tl.where(carry, ho - Ho, ho)
+            if IS_3D:
+                do_ += step_do + carry.to(tl.int32)
+                carry = do_ >= Do
+                do_ = tl.where(carry, do_ - Do, do_)
+            nb += step_nb + carry.to(tl.int32)
+            offs_r += BR
+        acc = tl.sum(acc, axis=1 if TAPS_INNER else 0)
+        # -- epilogue: dW[g, t] at g * TAPS + t ------------------------------------------------------
+        dw_off = ch[None, :] * TAPS + tl.where(t_ok, t, 0)[:, None]
+        dw_mask = t_ok[:, None] & c_ok[None, :]
+        if VARIANT == "direct":
+            tl.store(dw + dw_off, acc.to(dw.dtype.element_ty), mask=dw_mask)
+        elif VARIANT == "atomic":
+            tl.atomic_add(dw + dw_off, acc, mask=dw_mask, sem="relaxed")
+        elif VARIANT == "workspace":  # one f32 replica, zeroed by the launcher; Stage-2 casts it
+            tl.atomic_add(ws_ptr + dw_off, acc, mask=dw_mask, sem="relaxed")
+        else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
+            tl.store(ws_ptr + split * (G * TAPS) + dw_off, acc, mask=dw_mask)
+
+
+@triton.jit
+def _dwconv_win(
+    dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
+    BC: tl.constexpr, BP: tl.constexpr, KX: tl.constexpr, BW: tl.constexpr, TR: tl.constexpr,
+    IS_3D: tl.constexpr, VEC: tl.constexpr, VARIANT: tl.constexpr, X_CACHE: tl.constexpr,
+):  # fmt: skip
+    """The window kernel (mode ``win<BW>[r<TR>]``; stride_w = dil_w = 1, X == KX): a CTA owns BC
+    channels and TR tap rows (kz, ky) with their KX taps each; each thread owns one channel vector
+    of a *strip* of BW consecutive output columns of one output row (BP strips per step). Per
+    strip it loads the BW dy vectors once, and per tap row the BW + KX - 1 x vectors of the
+    window once, each converted to fp32 once: BW * KX * TR FMAs per channel for BW + TR * (BW +
+    KX - 1) vector loads. Tap rows past Z*Y (the last group) are masked: no memory traffic."""
+    TAPS = Z * Y * KX
+    ZY = Z * Y
+    WB = tl.cdiv(Wo, BW)
+    S = N * Do * Ho * WB
     cblocks = tl.cdiv(G, BC)
     pid = tl.program_id(0)
     cb = pid % cblocks
-    split = pid // cblocks
+    rest = pid // cblocks
+    rgroups = tl.cdiv(ZY, TR)
+    trow0 = (rest % rgroups) * TR
+    split = rest // rgroups
     step0 = split * ks_iters
-    step1 = tl.minimum(step0 + ks_iters, tl.cdiv(ROWS, BR))
-    # -- channels: G % VEC == 0 (check_problem), so each aligned VEC group is one contiguous vector
+    step1 = tl.minimum(step0 + ks_iters, tl.cdiv(S, BP))
     offs_c = cb * BC + tl.arange(0, BC)
     c_ok = tl.max_constancy(offs_c < G, VEC)
     ch = tl.max_contiguous(tl.multiple_of(offs_c % G, VEC), VEC)
-    # -- taps: (kz, ky, kx), once per CTA --------------------------------------------------------
-    t = tl.arange(0, TAPS_P2)
-    t_ok = t < TAPS
-    kx = t % X
-    ky = (t // X) % Y
-    kz = t // (X * Y)
-    tap_h = ky * dil_h
-    tap_w = kx * dil_w
-    tap_w_chk = tl.where(t_ok, tap_w, OUTSIDE)  # padding taps fail the w check
-    tap_d = kz * dil_d
-    zero_t = tl.zeros([TAPS_P2], dtype=tl.int32)
-    tap_off = tl.multiple_of(tl.where(t_ok, ((tap_d * Hi + tap_h) * Wi + tap_w) * G, 0), VEC)
-    # -- rows: decomposed once, then walked by carries ---------------------------------------------
-    offs_r = step0 * BR + tl.arange(0, BR)
-    wo = offs_r % Wo
-    tq = offs_r // Wo
+    # strips: decomposed once, then walked by carries
+    offs_s = step0 * BP + tl.arange(0, BP)
+    wb = offs_s % WB
+    tq = offs_s // WB
     ho = tq % Ho
     tq = tq // Ho
     do_ = tq % Do
     nb = tq // Do
-    STEP_WO: tl.constexpr = BR
-    step_wo = STEP_WO % Wo
-    sq = STEP_WO // Wo
+    STEP: tl.constexpr = BP
+    step_wb = STEP % WB
+    sq = STEP // WB
     step_ho = sq % Ho
     sq = sq // Ho
     step_do = sq % Do
     step_nb = sq // Do
-    # One accumulator per row of the step: the main loop is then one FMA per product (a per-step
-    # sum over the rows would cost a multiply and an add each); the rows are summed once, at the end.
-    if TAPS_INNER:
-        acc = tl.zeros([TAPS_P2, BR, BC], dtype=tl.float32)
-    else:
-        acc = tl.zeros([BR, TAPS_P2, BC], dtype=tl.float32)
+    # tap rows (kz, ky): their h / d offsets, once per CTA
+    th = ()
+    td = ()
+    for i in tl.static_range(TR):
+        trow = trow0 + i
+        # a tap row past Z*Y (the last group) gets an h offset of OUTSIDE: its h check masks it
+        th = th + (tl.where(trow < ZY, (trow % Y) * dil_h - pad_h, OUTSIDE),)
+        td = td + ((trow // Y) * dil_d - pad_d,)
+    acc = ()
+    for i in tl.static_range(TR * KX):
+        acc = acc + (tl.zeros([BP, BC], dtype=tl.float32),)
     for _ in range(step0, step1):
-        r_ok = offs_r < ROWS
-        r = tl.minimum(offs_r, ROWS - 1)
-        # dy block [BR, BC] (the rows are the flattened (n, do, ho, wo) index itself), addressed
-        # as [BR, TAPS_P2, BC] with the taps broadcast: it then gets the x gather's layout, and each
-        # thread reads its own copy from L1 instead of a layout conversion through shared memory
-        # (a barrier per step).
-        dy_row = tl.multiple_of(r * G, VEC)
-        if TAPS_INNER:
-            dy_off = (dy_row[None, :] + zero_t[:, None])[:, :, None] + ch[None, None, :]
-            a = tl.load(dy + dy_off, mask=r_ok[None, :, None] & c_ok[None, None, :], other=0.0)
-        else:
-            dy_off = (dy_row[:, None] + zero_t[None, :])[:, :, None] + ch[None, None, :]
-            a = tl.load(dy + dy_off, mask=r_ok[:, None, None] & c_ok[None, None, :], other=0.0)
-        # x gather [BR, TAPS_P2, BC]
-        h0 = ho * stride_h - pad_h
-        w0 = wo * stride_w - pad_w
-        w0c = tl.where(r_ok, w0, OUTSIDE)
-        if TAPS_INNER:
-            rt_ok = ((h0[None, :] + tap_h[:, None]).to(tl.uint32) < Hi) & ((w0c[None, :] + tap_w_chk[:, None]).to(tl.uint32) < Wi)
-        else:
-            rt_ok = ((h0[:, None] + tap_h[None, :]).to(tl.uint32) < Hi) & ((w0c[:, None] + tap_w_chk[None, :]).to(tl.uint32) < Wi)
+        s_ok = offs_s < S
+        wo0 = wb * BW
         if IS_3D:
-            d0 = do_ * stride_d - pad_d
-            if TAPS_INNER:
-                rt_ok = rt_ok & ((d0[None, :] + tap_d[:, None]).to(tl.uint32) < Di)
+            dy_row = ((nb * Do + do_) * Ho + ho) * Wo
+        else:
+            dy_row = (nb * Ho + ho) * Wo
+        # dy: the strip's BW vectors, converted once (columns past Wo and strips past S load 0)
+        dv = ()
+        for j in tl.static_range(BW):
+            m = (s_ok & (wo0 + j < Wo))[:, None] & c_ok[None, :]
+            dy_p = dy + (tl.multiple_of((dy_row + wo0 + j) * G, VEC)[:, None] + ch[None, :])
+            dv = dv + (tl.load(dy_p, mask=m, other=0.0).to(tl.float32),)
+        w0 = wo0 - pad_w
+        nacc = ()
+        for i in tl.static_range(TR):
+            h = ho * stride_h + th[i]
+            row_ok = s_ok & (h.to(tl.uint32) < Hi)
+            if IS_3D:
+                d = do_ * stride_d + td[i]
+                row_ok = row_ok & (d.to(tl.uint32) < Di)
+                x_row = ((nb * Di + d) * Hi + h) * Wi
             else:
-                rt_ok = rt_ok & ((d0[:, None] + tap_d[None, :]).to(tl.uint32) < Di)
-            row_off = ((nb * Di + d0) * Hi + h0) * Wi + w0
-        else:
-            row_off = (nb * Hi + h0) * Wi + w0
-        row_off = tl.multiple_of(tl.where(r_ok, row_off, 0) * G, VEC)
-        if TAPS_INNER:
-            x_off = (row_off[None, :] + tap_off[:, None])[:, :, None] + ch[None, None, :]
-        else:
-            x_off = (row_off[:, None] + tap_off[None, :])[:, :, None] + ch[None, None, :]
-        b = tl.load(x + x_off, mask=rt_ok[:, :, None] & c_ok[None, None, :], other=0.0, cache_modifier=X_CACHE)
-        acc += a.to(tl.float32) * b.to(tl.float32)
-        # next BR rows: one carry per dim (each remainder stays below its dim)
-        wo += step_wo
-        carry = wo >= Wo
-        wo = tl.where(carry, wo - Wo, wo)
+                x_row = (nb * Hi + h) * Wi
+            # x: the window's BW + KX - 1 columns, each loaded and converted once, used by every tap
+            x_col = tl.where(row_ok, x_row, 0) + w0
+            racc = ()
+            for kx in tl.static_range(KX):
+                racc = racc + (acc[i * KX + kx],)
+            for cw in tl.static_range(BW + KX - 1):
+                m = (row_ok & ((w0 + cw).to(tl.uint32) < Wi))[:, None] & c_ok[None, :]
+                x_p = x + (tl.multiple_of((x_col + cw) * G, VEC)[:, None] + ch[None, :])
+                xv = tl.load(x_p, mask=m, other=0.0, cache_modifier=X_CACHE).to(tl.float32)
+                r2 = ()
+                for kx in tl.static_range(KX):
+                    a = racc[kx]
+                    if cw - kx >= 0:
+                        if cw - kx < BW:
+                            a = a + dv[cw - kx] * xv
+                    r2 = r2 + (a,)
+                racc = r2
+            nacc = nacc + racc
+        acc = nacc
+        # next BP strips: one carry per dim
+        wb += step_wb
+        carry = wb >= WB
+        wb = tl.where(carry, wb - WB, wb)
         ho += step_ho + carry.to(tl.int32)
         carry = ho >= Ho
         ho = tl.where(carry, ho - Ho, ho)
@@ -141,20 +292,22 @@ def dwconv_wgrad(
             carry = do_ >= Do
             do_ = tl.where(carry, do_ - Do, do_)
         nb += step_nb + carry.to(tl.int32)
-        offs_r += BR
-    acc = tl.sum(acc, axis=1 if TAPS_INNER else 0)
-    # -- epilogue: dW[g, t] at g * TAPS + t ------------------------------------------------------
-    dw_off = ch[None, :] * TAPS + tl.where(t_ok, t, 0)[:, None]
-    dw_mask = t_ok[:, None] & c_ok[None, :]
-    if VARIANT == "direct":
-        tl.store(dw + dw_off, acc.to(dw.dtype.element_ty), mask=dw_mask)
-    elif VARIANT == "atomic":
-        tl.atomic_add(dw + dw_off, acc, mask=dw_mask, sem="relaxed")
-    elif VARIANT == "workspace":  # one f32 replica, zeroed by the launcher; Stage-2 casts it
-        tl.atomic_add(ws_ptr + dw_off, acc, mask=dw_mask, sem="relaxed")
-    else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
-        tl.store(ws_ptr + split * (G * TAPS) + dw_off, acc, mask=dw_mask)
-
+        offs_s += BP
+    # -- epilogue: dW[g, (kz, ky, kx)] at g * TAPS + trow * KX + kx ------------------------------
+    for i in tl.static_range(TR):
+        trow = trow0 + i
+        m = c_ok & ((tl.zeros([BC], dtype=tl.int32) + trow) < ZY)
+        for kx in tl.static_range(KX):
+            r = tl.sum(acc[i * KX + kx], axis=0)
+            dw_off = ch * TAPS + (tl.minimum(trow, ZY - 1) * KX + kx)
+            if VARIANT == "direct":
+                tl.store(dw + dw_off, r.to(dw.dtype.element_ty), mask=m)
+            elif VARIANT == "atomic":
+                tl.atomic_add(dw + dw_off, r, mask=m, sem="relaxed")
+            elif VARIANT == "workspace":
+                tl.atomic_add(ws_ptr + dw_off, r, mask=m, sem="relaxed")
+            else:
+                tl.store(ws_ptr + split * (G * TAPS) + dw_off, r, mask=m)
 
 def constexprs(spec, target) -> dict:
     """``KernelSpec`` fields of the dwconv family: bm = BC (channels per CTA), bn = TAPS_P2 (taps
@@ -173,4 +326,8 @@ def constexprs(spec, target) -> dict:
         # over the taps; the rows are summed across threads once, at the end). Default (""):
         # [BR, TAPS_P2, BC], taps over the threads, rows inside each thread.
         "TAPS_INNER": spec.mode == "taps",
+        # mode "win<BW>": the window kernel (_dwconv_win), strips of BW output columns; bn is then
+        # the exact filter width KX and bk the strips per step.
+        "WIN": spec.dwconv_window[0],
+        "WIN_ROWS": spec.dwconv_window[1],
     }
