@@ -1,0 +1,118 @@
+"""Experimental main loops for the dense channels-last 2-D wgrad (stride 1, dilation 1).
+
+    dW[k, ky, kx, c] = sum over (n, ho, wo) of dy[n, ho, wo, k] * x[n, ho - p + ky, wo - p + kx, c]
+
+Self-contained (no skwgrad import): these kernels are levers measured against skwgrad's own
+``wgrad_splitk``, not product code. Every kernel here is split-K with an fp32 atomic reduction
+into a zeroed [K, Y, X, C] buffer (the driver casts it to bf16).
+
+The reduction is walked in *patches*: a PN x PH x PW box of (n, ho, wo) output positions,
+BK = PN * PH * PW rows of the GEMM. Both operands are TMA boxes of 4-D tensor descriptors:
+
+    dy  [N, Ho, Wo, K]: box [PN, PH, PW, BM] at (n0, h0, w0, m0)
+    x   [N, H,  W,  C]: box [PN, PH, PW, BN] at (n0, h0 - p + ky, w0 - p + kx, c0)
+
+For one filter tap the x box is the dy box shifted by the tap; its out-of-bounds elements
+(negative or past the image) load as zero, which is exactly the padding, and dy's
+out-of-bounds rows (a patch grid that does not divide Ho/Wo) load as zero too, so nothing in
+the loop computes an address or a mask: per iteration it is a few scalar coordinates, the
+TMA issues, the barrier waits and the wgmmas.
+
+TAPS = 1: a tile is (BM output channels, one tap, BN input channels).
+TAPS = 3: a tile is (BM output channels, one filter row ky and its three taps kx = 0, 1, 2,
+          BN input channels): one dy box serves three x boxes and three accumulators (the
+          tap-major lever: dy is staged once per three MMAs instead of once per MMA).
+ADDR = "carry": the patch coordinates are walked by carries (scalar adds and selects);
+       "div": recomputed from the iteration index by (scalar) division.
+WS: ``tl.range(..., warp_specialize=True)`` (Triton's automatic warp specialization).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _coords(it, n_pb, h_pb, w_pb, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr):
+    wb = it % w_pb
+    t = it // w_pb
+    hb = t % h_pb
+    nb = t // h_pb
+    return nb, hb, wb
+
+
+@triton.jit
+def wgrad_tma(
+    dy, x, dw32,
+    N, H, W, C, K, Ho, Wo, Y, X, pad_h, pad_w,
+    n_pb, h_pb, w_pb, ks_iters,
+    BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr,
+):  # fmt: skip
+    BK: tl.constexpr = PN * PH * PW
+    pid = tl.program_id(0)
+    m_tiles = tl.cdiv(K, BM)
+    c_tiles = tl.cdiv(C, BN)
+    tap_groups = (Y * X) // TAPS
+    num_tiles = m_tiles * tap_groups * c_tiles
+    tile = pid % num_tiles
+    split = pid // num_tiles
+    mt = tile // (tap_groups * c_tiles)
+    rem = tile % (tap_groups * c_tiles)
+    tg = rem // c_tiles
+    ct = rem % c_tiles
+    m0 = mt * BM
+    c0 = ct * BN
+    if TAPS == 1:
+        ky = tg // X
+        kx = tg % X
+    else:  # TAPS == 3: one filter row (X == 3)
+        ky = tg
+        kx = 0
+    dy_desc = tl.make_tensor_descriptor(
+        dy, shape=[N, Ho, Wo, K], strides=[Ho * Wo * K, Wo * K, K, 1], block_shape=[PN, PH, PW, BM]
+    )
+    x_desc = tl.make_tensor_descriptor(
+        x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
+    )
+    total = n_pb * h_pb * w_pb
+    it0 = split * ks_iters
+    it1 = tl.minimum(it0 + ks_iters, total)
+    nb, hb, wb = _coords(it0, n_pb, h_pb, w_pb, PN, PH, PW)
+    dh = ky - pad_h
+    dw_ = kx - pad_w
+    acc0 = tl.zeros([BM, BN], dtype=tl.float32)
+    acc1 = tl.zeros([BM, BN], dtype=tl.float32)
+    acc2 = tl.zeros([BM, BN], dtype=tl.float32)
+    for it in tl.range(it0, it1, warp_specialize=WS):
+        if ADDR == "div":
+            nb, hb, wb = _coords(it, n_pb, h_pb, w_pb, PN, PH, PW)
+        n_ = nb * PN
+        h_ = hb * PH
+        w_ = wb * PW
+        a = tl.reshape(dy_desc.load([n_, h_, w_, m0]), [BK, BM])
+        at = tl.trans(a)
+        b0 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_, c0]), [BK, BN])
+        acc0 = tl.dot(at, b0, acc0)
+        if TAPS == 3:
+            b1 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 1, c0]), [BK, BN])
+            acc1 = tl.dot(at, b1, acc1)
+            b2 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 2, c0]), [BK, BN])
+            acc2 = tl.dot(at, b2, acc2)
+        if ADDR == "carry":
+            wb += 1
+            cw = wb == w_pb
+            wb = tl.where(cw, 0, wb)
+            hb += cw.to(tl.int32)
+            ch = hb == h_pb
+            hb = tl.where(ch, 0, hb)
+            nb += ch.to(tl.int32)
+    offs_m = m0 + tl.arange(0, BM)
+    offs_c = c0 + tl.arange(0, BN)
+    mask = (offs_m < K)[:, None] & (offs_c < C)[None, :]
+    ycx = Y * X * C
+    base = dw32 + offs_m[:, None] * ycx + offs_c[None, :]
+    tap = ky * X + kx
+    tl.atomic_add(base + tap * C, acc0, mask=mask, sem="relaxed")
+    if TAPS == 3:
+        tl.atomic_add(base + (tap + 1) * C, acc1, mask=mask, sem="relaxed")
+        tl.atomic_add(base + (tap + 2) * C, acc2, mask=mask, sem="relaxed")
