@@ -46,7 +46,7 @@ def wgrad_tma(
     N, H, W, C, K, Ho, Wo, Y, X, pad_h, pad_w,
     n_pb, h_pb, w_pb, ks_iters,
     BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
-    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr,
+    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr, MODE: tl.constexpr,
 ):  # fmt: skip
     BK: tl.constexpr = PN * PH * PW
     pid = tl.program_id(0)
@@ -68,12 +68,19 @@ def wgrad_tma(
     else:  # TAPS == 3: one filter row (X == 3)
         ky = tg
         kx = 0
-    dy_desc = tl.make_tensor_descriptor(
-        dy, shape=[N, Ho, Wo, K], strides=[Ho * Wo * K, Wo * K, K, 1], block_shape=[PN, PH, PW, BM]
-    )
-    x_desc = tl.make_tensor_descriptor(
-        x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
-    )
+    R = N * Ho * Wo
+    if MODE == "4d":
+        dy_desc = tl.make_tensor_descriptor(
+            dy, shape=[N, Ho, Wo, K], strides=[Ho * Wo * K, Wo * K, K, 1], block_shape=[PN, PH, PW, BM]
+        )
+    else:  # dy2d, gemm2d: dy as the plain [N*Ho*Wo, K] matrix
+        dy_desc = tl.make_tensor_descriptor(dy, shape=[R, K], strides=[K, 1], block_shape=[BK, BM])
+    if MODE == "gemm2d":  # 1x1, stride 1, no padding: x is the [N*H*W, C] matrix, same rows as dy
+        x_desc = tl.make_tensor_descriptor(x, shape=[R, C], strides=[C, 1], block_shape=[BK, BN])
+    else:
+        x_desc = tl.make_tensor_descriptor(
+            x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
+        )
     total = n_pb * h_pb * w_pb
     it0 = split * ks_iters
     it1 = tl.minimum(it0 + ks_iters, total)
@@ -89,9 +96,20 @@ def wgrad_tma(
         n_ = nb * PN
         h_ = hb * PH
         w_ = wb * PW
-        a = tl.reshape(dy_desc.load([n_, h_, w_, m0]), [BK, BM])
-        at = tl.trans(a)
-        b0 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_, c0]), [BK, BN])
+        if MODE == "4d":
+            # dy^T, the wgmma A operand, from a 4-D box: Triton 3.9 stages it through registers
+            # (ldmatrix.trans) whichever order the permute and the reshape come in.
+            at = tl.reshape(tl.permute(dy_desc.load([n_, h_, w_, m0]), (3, 0, 1, 2)), [BM, BK])
+        elif MODE == "dy2d":
+            # the patch is whole output rows (PN == 1, PW == Wo, PH | Ho): its dy rows are one
+            # contiguous range of the matrix, and the transposed 2-D box stays in shared memory.
+            at = tl.trans(dy_desc.load([(n_ * Ho + h_) * Wo, m0]))
+        else:  # gemm2d: nb counts BK-row blocks
+            at = tl.trans(dy_desc.load([nb * BK, m0]))
+        if MODE == "gemm2d":
+            b0 = x_desc.load([nb * BK, c0])
+        else:
+            b0 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_, c0]), [BK, BN])
         acc0 = tl.dot(at, b0, acc0)
         if TAPS == 3:
             b1 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 1, c0]), [BK, BN])

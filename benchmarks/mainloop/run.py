@@ -25,7 +25,6 @@ import os
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,6 +119,7 @@ class Variant:
     taps: int = 1
     addr: str = "carry"
     ws: bool = False
+    mode: str = "4d"  # tma only: "4d", "dy2d", "gemm2d" (kernels.py)
     what: str = ""
 
     def applies(self, p: Problem) -> str:
@@ -131,6 +131,12 @@ class Variant:
                 return "tma: C, K multiples of 8 (16-byte strides)"
             if self.taps == 3 and p.x != 3:
                 return "taps=3 needs a 3-wide filter"
+            if self.mode == "dy2d":
+                wo = p.wo
+                if wo & (wo - 1) or wo > self.bk or p.ho % (self.bk // wo):
+                    return "dy2d: Wo a power of two <= BK, and BK / Wo dividing Ho"
+            if self.mode == "gemm2d" and not (p.y == p.x == 1 and p.pad == 0):
+                return "gemm2d: 1x1 filters without padding"
         if p.k < self.bm or (self.kind == "tma" and p.c < self.bn):
             return "tile larger than the problem's K or C"
         return ""
@@ -152,6 +158,14 @@ VARIANTS = [
             what="lever 2+3: tap-major, 128 output channels (2 warpgroups), K >= 128"),
     Variant("tma_t1_128x128_k64_w8s4", "tma", 128, 128, 64, 8, 4,
             what="lever 3: per-tap 128x128 wgmma tile, 4 stages, K, C >= 128"),
+    Variant("tma_t1_64x64_k64_w4s4_dy2d", "tma", 64, 64, 64, 4, 4, mode="dy2d",
+            what="lever 1, dy as a 2-D [N*Ho*Wo, K] descriptor (patch = whole output rows): dy^T stays in shared memory"),
+    Variant("tma_t3_64x64_k64_w4s4_dy2d", "tma", 64, 64, 64, 4, 4, taps=3, mode="dy2d",
+            what="lever 1+2: tap-major with the 2-D dy descriptor"),
+    Variant("tma_t1_64x64_k64_w4s4_gemm2d", "tma", 64, 64, 64, 4, 4, mode="gemm2d",
+            what="1x1: dy and x both plain 2-D descriptors (a TMA GEMM)"),
+    Variant("tma_t1_64x64_k128_w4s3_gemm2d", "tma", 64, 64, 128, 4, 3, mode="gemm2d",
+            what="1x1: TMA GEMM with BK = 128"),
     Variant("tma_t1_64x64_k64_w4s4_ws", "tma", 64, 64, 64, 4, 4, addr="div", ws=True,
             what="lever 3: per-tap TMA + tl.range(warp_specialize=True)"),
     Variant("tma_t3_64x64_k64_w4s4_ws", "tma", 64, 64, 64, 4, 4, taps=3, addr="div", ws=True,
@@ -200,7 +214,7 @@ def kernel(kind):
             import kernels as K
 
             ints = [a for a in K.wgrad_tma.arg_names if a not in ("dy", "x", "dw32")]
-            ints = [a for a in ints if a not in ("BM", "BN", "PN", "PH", "PW", "TAPS", "ADDR", "WS")]
+            ints = [a for a in ints if a not in ("BM", "BN", "PN", "PH", "PW", "TAPS", "ADDR", "WS", "MODE")]
             _KERNELS[kind] = triton.jit(do_not_specialize=ints)(K.wgrad_tma.fn)
     return _KERNELS[kind]
 
@@ -213,8 +227,12 @@ def geometry(v: Variant, p: Problem):
         tiles = cdiv(p.k, v.bm) * cdiv(ng, v.bn)
         iters = cdiv(p.n * p.ho * p.wo, v.bk)
         return tiles, iters, {}
-    pn, ph, pw = choose_patch(p, v.bk)
     tiles = cdiv(p.k, v.bm) * (p.y * p.x // v.taps) * cdiv(p.c, v.bn)
+    if v.mode == "gemm2d":
+        pn, ph, pw = 1, 1, v.bk
+        n_pb, h_pb, w_pb = cdiv(p.n * p.ho * p.wo, v.bk), 1, 1
+        return tiles, n_pb, dict(patch=(pn, ph, pw), pb=(n_pb, h_pb, w_pb))
+    pn, ph, pw = (1, v.bk // p.wo, p.wo) if v.mode == "dy2d" else choose_patch(p, v.bk)
     n_pb, h_pb, w_pb = cdiv(p.n, pn), cdiv(p.ho, ph), cdiv(p.wo, pw)
     return tiles, n_pb * h_pb * w_pb, dict(patch=(pn, ph, pw), pb=(n_pb, h_pb, w_pb))
 
@@ -243,7 +261,7 @@ def launch(v: Variant, p: Problem, x, dy, dw32, ks: int):
             dy, x, dw32,
             p.n, p.h, p.w, p.c, p.k, p.ho, p.wo, p.y, p.x, p.pad, p.pad,
             n_pb, h_pb, w_pb, ks_iters,
-            BM=v.bm, BN=v.bn, PN=pn, PH=ph, PW=pw, TAPS=v.taps, ADDR=v.addr, WS=v.ws,
+            BM=v.bm, BN=v.bn, PN=pn, PH=ph, PW=pw, TAPS=v.taps, ADDR=v.addr, WS=v.ws, MODE=v.mode,
             num_warps=v.warps, num_stages=v.stages,
         )  # fmt: skip
     return ks
@@ -341,25 +359,48 @@ def _set_allocator(torch, device):
 # ---------------------------------------------------------------------------------------------
 # Compile ahead in worker processes (the JIT's disk cache is shared): compile time off the clock
 # ---------------------------------------------------------------------------------------------
-def _prewarm(args):
-    pi, vi, csv = args
+def _prewarm_one(a):
+    """Child process: compile (and launch once) one (row, variant); a compiler abort kills only it."""
     import warnings
 
     warnings.filterwarnings("ignore")
     import torch
 
-    p = read_rows(csv, ROWS)[pi]
-    v = VARIANTS[vi]
-    t0 = time.time()
-    try:
-        _set_allocator(torch, "cuda")
-        x, dy = make_inputs(torch, p, "cuda")
-        dw32 = torch.zeros(p.k * p.y * p.x * p.c, dtype=torch.float32, device="cuda")
-        launch(v, p, x, dy, dw32, 1 << 30)
-        torch.cuda.synchronize()
-        return p.name, v.name, f"{time.time() - t0:.1f}s"
-    except Exception as e:
-        return p.name, v.name, f"FAILED {type(e).__name__}: {str(e)[:400]}"
+    p = read_rows(a.corpus, [a.prewarm_one[0]])[0]
+    v = next(v for v in VARIANTS if v.name == a.prewarm_one[1])
+    _set_allocator(torch, "cuda")
+    x, dy = make_inputs(torch, p, "cuda")
+    dw32 = torch.zeros(p.k * p.y * p.x * p.c, dtype=torch.float32, device="cuda")
+    launch(v, p, x, dy, dw32, 1 << 30)
+    torch.cuda.synchronize()
+    return 0
+
+
+def prewarm(a, pairs):
+    """Compile every (row, variant) ahead in child processes (the JIT's disk cache is shared),
+    a.jobs at a time; returns {(row, variant): error} for those that failed."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(pv):
+        p, v = pv
+        cmd = [sys.executable, __file__, "--corpus", a.corpus, "--prewarm-one", p.name, v.name]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.compile_timeout)
+        except subprocess.TimeoutExpired:
+            return pv, f"compile timed out after {a.compile_timeout}s"
+        if r.returncode:
+            tail = [ln for ln in (r.stderr or "").splitlines() if ln.strip()][-3:]
+            return pv, f"compile/launch failed (rc {r.returncode}): " + " | ".join(tail)[-400:]
+        return pv, ""
+
+    failed = {}
+    with ThreadPoolExecutor(a.jobs) as ex:
+        for (p, v), err in ex.map(one, pairs):
+            if err:
+                failed[(p.name, v.name)] = err
+                print(f"compile {p.name} {v.name}: {err[:200]}", flush=True)
+    return failed
 
 
 def cmd_bench(a):
@@ -371,15 +412,9 @@ def cmd_bench(a):
     t_start = time.time()
     failed = {}
     if a.jobs > 0:
-        import multiprocessing as mp
-
-        todo = [(ROWS.index(p.name), VARIANTS.index(v), a.corpus) for p in rows for v in variants if not v.applies(p)]
-        with ProcessPoolExecutor(a.jobs, mp_context=mp.get_context("spawn")) as ex:
-            for pn, vn, status in ex.map(_prewarm, todo):
-                if status.startswith("FAILED"):
-                    failed[(pn, vn)] = status
-                    print(f"compile {pn} {vn}: {status}", flush=True)
-        print(f"prewarm: {len(todo)} (row, variant) compiles in {time.time() - t_start:.0f}s", flush=True)
+        todo = [(p, v) for p in rows for v in variants if not v.applies(p)]
+        failed = prewarm(a, todo)
+        print(f"prewarm: {len(todo)} (row, variant) compiles in {time.time() - t_start:.0f}s, {len(failed)} failed", flush=True)
     torch.backends.cudnn.benchmark = True
     _set_allocator(torch, "cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -485,6 +520,7 @@ def _summary(results, variants):
 SELFTEST = [
     Problem("tiny_3x3", 2, 16, 16, 6, 5, 3, 3, 1, 1),
     Problem("tiny_3x3_k24", 3, 16, 24, 5, 7, 3, 3, 1, 1),
+    Problem("tiny_3x3_w8", 2, 16, 16, 4, 8, 3, 3, 1, 1),  # dy2d applies: Wo = 8, PH = BK / 8 divides Ho
     Problem("tiny_1x1", 2, 16, 16, 4, 6, 1, 1, 1, 0),
 ]
 
@@ -527,8 +563,12 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated substrings of row names")
     ap.add_argument("--variants", default="", help="comma-separated variant names (default all)")
     ap.add_argument("--strict", action="store_true", help="exit 1 if any variant failed")
+    ap.add_argument("--compile-timeout", type=int, default=120, help="seconds per child compile")
     ap.add_argument("--selftest", action="store_true", help="CPU: Triton interpreter, tiny shapes")
+    ap.add_argument("--prewarm-one", nargs=2, metavar=("ROW", "VARIANT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.prewarm_one:
+        return _prewarm_one(a)
     return cmd_selftest(a) if a.selftest else cmd_bench(a)
 
 
