@@ -41,6 +41,50 @@ def _coords(it, n_pb, h_pb, w_pb, PN: tl.constexpr, PH: tl.constexpr, PW: tl.con
 
 
 @triton.jit
+def _step(
+    dy_desc, x_desc, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo, n_pb, h_pb, w_pb,
+    BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    TAPS: tl.constexpr, ADDR: tl.constexpr, MODE: tl.constexpr,
+):  # fmt: skip
+    """One reduction patch: the TMA loads and the MMAs, then the next patch's coordinates."""
+    BK: tl.constexpr = PN * PH * PW
+    if ADDR == "div":
+        nb, hb, wb = _coords(it, n_pb, h_pb, w_pb, PN, PH, PW)
+    n_ = nb * PN
+    h_ = hb * PH
+    w_ = wb * PW
+    if MODE == "4d":
+        # dy^T, the wgmma A operand, from a 4-D box: Triton 3.9 stages it through registers
+        # (ldmatrix.trans) whichever order the permute and the reshape come in.
+        at = tl.reshape(tl.permute(dy_desc.load([n_, h_, w_, m0]), (3, 0, 1, 2)), [BM, BK])
+    elif MODE == "dy2d":
+        # the patch is whole output rows (PN == 1, PW == Wo, PH | Ho): its dy rows are one
+        # contiguous range of the matrix, and the transposed 2-D box stays in shared memory.
+        at = tl.trans(dy_desc.load([(n_ * Ho + h_) * Wo, m0]))
+    else:  # gemm2d: nb counts BK-row blocks
+        at = tl.trans(dy_desc.load([nb * BK, m0]))
+    if MODE == "gemm2d":
+        b0 = x_desc.load([nb * BK, c0])
+    else:
+        b0 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_, c0]), [BK, BN])
+    acc0 = tl.dot(at, b0, acc0)
+    if TAPS == 3:
+        b1 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 1, c0]), [BK, BN])
+        acc1 = tl.dot(at, b1, acc1)
+        b2 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 2, c0]), [BK, BN])
+        acc2 = tl.dot(at, b2, acc2)
+    if ADDR == "carry":
+        wb += 1
+        cw = wb == w_pb
+        wb = tl.where(cw, 0, wb)
+        hb += cw.to(tl.int32)
+        ch = hb == h_pb
+        hb = tl.where(ch, 0, hb)
+        nb += ch.to(tl.int32)
+    return acc0, acc1, acc2, nb, hb, wb
+
+
+@triton.jit
 def wgrad_tma(
     dy, x, dw32,
     N, H, W, C, K, Ho, Wo, Y, X, pad_h, pad_w,
@@ -90,40 +134,18 @@ def wgrad_tma(
     acc0 = tl.zeros([BM, BN], dtype=tl.float32)
     acc1 = tl.zeros([BM, BN], dtype=tl.float32)
     acc2 = tl.zeros([BM, BN], dtype=tl.float32)
-    for it in tl.range(it0, it1, warp_specialize=WS):
-        if ADDR == "div":
-            nb, hb, wb = _coords(it, n_pb, h_pb, w_pb, PN, PH, PW)
-        n_ = nb * PN
-        h_ = hb * PH
-        w_ = wb * PW
-        if MODE == "4d":
-            # dy^T, the wgmma A operand, from a 4-D box: Triton 3.9 stages it through registers
-            # (ldmatrix.trans) whichever order the permute and the reshape come in.
-            at = tl.reshape(tl.permute(dy_desc.load([n_, h_, w_, m0]), (3, 0, 1, 2)), [BM, BK])
-        elif MODE == "dy2d":
-            # the patch is whole output rows (PN == 1, PW == Wo, PH | Ho): its dy rows are one
-            # contiguous range of the matrix, and the transposed 2-D box stays in shared memory.
-            at = tl.trans(dy_desc.load([(n_ * Ho + h_) * Wo, m0]))
-        else:  # gemm2d: nb counts BK-row blocks
-            at = tl.trans(dy_desc.load([nb * BK, m0]))
-        if MODE == "gemm2d":
-            b0 = x_desc.load([nb * BK, c0])
-        else:
-            b0 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_, c0]), [BK, BN])
-        acc0 = tl.dot(at, b0, acc0)
-        if TAPS == 3:
-            b1 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 1, c0]), [BK, BN])
-            acc1 = tl.dot(at, b1, acc1)
-            b2 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 2, c0]), [BK, BN])
-            acc2 = tl.dot(at, b2, acc2)
-        if ADDR == "carry":
-            wb += 1
-            cw = wb == w_pb
-            wb = tl.where(cw, 0, wb)
-            hb += cw.to(tl.int32)
-            ch = hb == h_pb
-            hb = tl.where(ch, 0, hb)
-            nb += ch.to(tl.int32)
+    if WS:  # only here: a Triton without the keyword still runs every other variant
+        for it in tl.range(it0, it1, warp_specialize=True):
+            acc0, acc1, acc2, nb, hb, wb = _step(
+                dy_desc, x_desc, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo, n_pb, h_pb, w_pb,
+                BM, BN, PN, PH, PW, TAPS, ADDR, MODE,
+            )  # fmt: skip
+    else:
+        for it in range(it0, it1):
+            acc0, acc1, acc2, nb, hb, wb = _step(
+                dy_desc, x_desc, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo, n_pb, h_pb, w_pb,
+                BM, BN, PN, PH, PW, TAPS, ADDR, MODE,
+            )  # fmt: skip
     offs_m = m0 + tl.arange(0, BM)
     offs_c = c0 + tl.arange(0, BN)
     mask = (offs_m < K)[:, None] & (offs_c < C)[None, :]
