@@ -85,14 +85,7 @@ def _step(
 
 
 @triton.jit
-def wgrad_tma(
-    dy, x, dw32,
-    N, H, W, C, K, Ho, Wo, Y, X, pad_h, pad_w,
-    n_pb, h_pb, w_pb, ks_iters,
-    BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
-    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr, MODE: tl.constexpr,
-):  # fmt: skip
-    BK: tl.constexpr = PN * PH * PW
+def _tile(K, C, Y, X, BM: tl.constexpr, BN: tl.constexpr, TAPS: tl.constexpr):
     pid = tl.program_id(0)
     m_tiles = tl.cdiv(K, BM)
     c_tiles = tl.cdiv(C, BN)
@@ -104,27 +97,22 @@ def wgrad_tma(
     rem = tile % (tap_groups * c_tiles)
     tg = rem // c_tiles
     ct = rem % c_tiles
-    m0 = mt * BM
-    c0 = ct * BN
     if TAPS == 1:
         ky = tg // X
         kx = tg % X
     else:  # TAPS == 3: one filter row (X == 3)
         ky = tg
         kx = 0
-    R = N * Ho * Wo
-    if MODE == "4d":
-        dy_desc = tl.make_tensor_descriptor(
-            dy, shape=[N, Ho, Wo, K], strides=[Ho * Wo * K, Wo * K, K, 1], block_shape=[PN, PH, PW, BM]
-        )
-    else:  # dy2d, gemm2d: dy as the plain [N*Ho*Wo, K] matrix
-        dy_desc = tl.make_tensor_descriptor(dy, shape=[R, K], strides=[K, 1], block_shape=[BK, BM])
-    if MODE == "gemm2d":  # 1x1, stride 1, no padding: x is the [N*H*W, C] matrix, same rows as dy
-        x_desc = tl.make_tensor_descriptor(x, shape=[R, C], strides=[C, 1], block_shape=[BK, BN])
-    else:
-        x_desc = tl.make_tensor_descriptor(
-            x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
-        )
+    return split, mt * BM, ct * BN, ky, kx
+
+
+@triton.jit
+def _mainloop(
+    dy_desc, x_desc, dw32, split, m0, c0, ky, kx,
+    C, K, Ho, Wo, Y, X, pad_h, pad_w, n_pb, h_pb, w_pb, ks_iters,
+    BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr, MODE: tl.constexpr,
+):  # fmt: skip
     total = n_pb * h_pb * w_pb
     it0 = split * ks_iters
     it1 = tl.minimum(it0 + ks_iters, total)
@@ -156,3 +144,52 @@ def wgrad_tma(
     if TAPS == 3:
         tl.atomic_add(base + (tap + 1) * C, acc1, mask=mask, sem="relaxed")
         tl.atomic_add(base + (tap + 2) * C, acc2, mask=mask, sem="relaxed")
+
+
+@triton.jit
+def wgrad_tma(
+    dy, x, dw32,
+    N, H, W, C, K, Ho, Wo, Y, X, pad_h, pad_w,
+    n_pb, h_pb, w_pb, ks_iters,
+    BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr, MODE: tl.constexpr,
+):  # fmt: skip
+    """Descriptors made on the device (``tl.make_tensor_descriptor``: global scratch per CTA)."""
+    BK: tl.constexpr = PN * PH * PW
+    split, m0, c0, ky, kx = _tile(K, C, Y, X, BM, BN, TAPS)
+    R = N * Ho * Wo
+    if MODE == "4d":
+        dy_desc = tl.make_tensor_descriptor(
+            dy, shape=[N, Ho, Wo, K], strides=[Ho * Wo * K, Wo * K, K, 1], block_shape=[PN, PH, PW, BM]
+        )
+    else:  # dy2d, gemm2d: dy as the plain [N*Ho*Wo, K] matrix
+        dy_desc = tl.make_tensor_descriptor(dy, shape=[R, K], strides=[K, 1], block_shape=[BK, BM])
+    if MODE == "gemm2d":  # 1x1, stride 1, no padding: x is the [N*H*W, C] matrix, same rows as dy
+        x_desc = tl.make_tensor_descriptor(x, shape=[R, C], strides=[C, 1], block_shape=[BK, BN])
+    else:
+        x_desc = tl.make_tensor_descriptor(
+            x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
+        )
+    _mainloop(
+        dy_desc, x_desc, dw32, split, m0, c0, ky, kx,
+        C, K, Ho, Wo, Y, X, pad_h, pad_w, n_pb, h_pb, w_pb, ks_iters,
+        BM, BN, PN, PH, PW, TAPS, ADDR, WS, MODE,
+    )  # fmt: skip
+
+
+@triton.jit
+def wgrad_tma_host(
+    dy_desc, x_desc, dw32,
+    N, H, W, C, K, Ho, Wo, Y, X, pad_h, pad_w,
+    n_pb, h_pb, w_pb, ks_iters,
+    BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
+    TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr, MODE: tl.constexpr,
+):  # fmt: skip
+    """Descriptors encoded on the host (``triton.tools.tensor_descriptor.TensorDescriptor``,
+    passed as kernel parameters): no per-CTA descriptor creation and no global scratch."""
+    split, m0, c0, ky, kx = _tile(K, C, Y, X, BM, BN, TAPS)
+    _mainloop(
+        dy_desc, x_desc, dw32, split, m0, c0, ky, kx,
+        C, K, Ho, Wo, Y, X, pad_h, pad_w, n_pb, h_pb, w_pb, ks_iters,
+        BM, BN, PN, PH, PW, TAPS, ADDR, WS, MODE,
+    )  # fmt: skip

@@ -32,7 +32,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-if "--selftest" in sys.argv:
+if "--selftest" in sys.argv or "--dry" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"
 
 sys.path.insert(0, str(HERE))
@@ -121,7 +121,12 @@ class Variant:
     addr: str = "carry"
     ws: bool = False
     mode: str = "4d"  # tma only: "4d", "dy2d", "gemm2d" (kernels.py)
+    desc: str = "device"  # tma only: descriptors made on the device or encoded on the host
     what: str = ""
+
+    @property
+    def kernel_kind(self):
+        return "tma_host" if self.kind == "tma" and self.desc == "host" else self.kind
 
     def applies(self, p: Problem) -> str:
         """'' if the variant runs on p, else why not."""
@@ -149,10 +154,12 @@ VARIANTS = [
     Variant("base_128x128x64_w8s3", "base", 128, 128, 64, 8, 3, what="skwgrad wgrad_splitk, 128x128 tile"),
     Variant("tma_t1_64x64_k64_w4s4", "tma", 64, 64, 64, 4, 4,
             what="lever 1: 4-D TMA boxes for dy and x (padding = OOB zero fill), one tap per tile, carry-walked patches"),
-    Variant("tma_t1_64x64_k64_w4s4_div", "tma", 64, 64, 64, 4, 4, addr="div",
-            what="lever 1 with patch coordinates recomputed by scalar division each iteration"),
-    Variant("tma_t3_64x64_k64_w4s4", "tma", 64, 64, 64, 4, 4, taps=3,
-            what="lever 2: tap-major, one dy box per three x boxes (kx = 0..2), three accumulators"),
+    Variant("tma_t1_64x64_k64_w4s4_host", "tma", 64, 64, 64, 4, 4, desc="host",
+            what="lever 1 with host-encoded descriptors (kernel parameters): no per-CTA descriptor set-up"),
+    Variant("tma_t3_64x64_k64_w4s3_host", "tma", 64, 64, 64, 4, 3, taps=3, desc="host",
+            what="lever 2 with host-encoded descriptors"),
+    Variant("tma_t3_64x64_k64_w4s3", "tma", 64, 64, 64, 4, 3, taps=3,
+            what="lever 2: tap-major, one dy box per three x boxes (kx = 0..2), three accumulators; 3 stages (92 KB: 2 CTAs/SM)"),
     Variant("tma_t3_64x64_k128_w4s3", "tma", 64, 64, 128, 4, 3, taps=3,
             what="lever 2+3: tap-major with a 128-row patch (half the loop trips per MMA)"),
     Variant("tma_t3_128x64_k64_w8s3", "tma", 128, 64, 64, 8, 3, taps=3,
@@ -161,16 +168,12 @@ VARIANTS = [
             what="lever 3: per-tap 128x128 wgmma tile, 4 stages, K, C >= 128"),
     Variant("tma_t1_64x64_k64_w4s4_dy2d", "tma", 64, 64, 64, 4, 4, mode="dy2d",
             what="lever 1, dy as a 2-D [N*Ho*Wo, K] descriptor (patch = whole output rows): dy^T stays in shared memory"),
-    Variant("tma_t3_64x64_k64_w4s4_dy2d", "tma", 64, 64, 64, 4, 4, taps=3, mode="dy2d",
+    Variant("tma_t3_64x64_k64_w4s3_dy2d", "tma", 64, 64, 64, 4, 3, taps=3, mode="dy2d",
             what="lever 1+2: tap-major with the 2-D dy descriptor"),
     Variant("tma_t1_64x64_k64_w4s4_gemm2d", "tma", 64, 64, 64, 4, 4, mode="gemm2d",
             what="1x1: dy and x both plain 2-D descriptors (a TMA GEMM)"),
-    Variant("tma_t1_64x64_k128_w4s3_gemm2d", "tma", 64, 64, 128, 4, 3, mode="gemm2d",
-            what="1x1: TMA GEMM with BK = 128"),
     Variant("tma_t1_64x64_k64_w4s4_ws", "tma", 64, 64, 64, 4, 4, addr="div", ws=True,
             what="lever 3: per-tap TMA + tl.range(warp_specialize=True)"),
-    Variant("tma_t3_64x64_k64_w4s4_ws", "tma", 64, 64, 64, 4, 4, taps=3, addr="div", ws=True,
-            what="lever 3: tap-major TMA + tl.range(warp_specialize=True)"),
 ]  # fmt: skip
 
 
@@ -223,9 +226,10 @@ def kernel(kind):
 
             import kernels as K
 
-            ints = [a for a in K.wgrad_tma.arg_names if a not in ("dy", "x", "dw32")]
+            fn = K.wgrad_tma if kind == "tma" else K.wgrad_tma_host
+            ints = [a for a in fn.arg_names if a not in ("dy", "x", "dw32", "dy_desc", "x_desc")]
             ints = [a for a in ints if a not in ("BM", "BN", "PN", "PH", "PW", "TAPS", "ADDR", "WS", "MODE")]
-            _KERNELS[kind] = triton.jit(do_not_specialize=ints)(K.wgrad_tma.fn)
+            _KERNELS[kind] = triton.jit(do_not_specialize=ints)(fn.fn)
     return _KERNELS[kind]
 
 
@@ -267,7 +271,9 @@ def launch(v: Variant, p: Problem, x, dy, dw32, ks: int):
     else:
         pn, ph, pw = g["patch"]
         n_pb, h_pb, w_pb = g["pb"]
-        kernel("tma")[grid](
+        if v.desc == "host":
+            dy, x = host_descriptors(v, p, x, dy, (pn, ph, pw))
+        kernel(v.kernel_kind)[grid](
             dy, x, dw32,
             p.n, p.h, p.w, p.c, p.k, p.ho, p.wo, p.y, p.x, p.pad, p.pad,
             n_pb, h_pb, w_pb, ks_iters,
@@ -275,6 +281,24 @@ def launch(v: Variant, p: Problem, x, dy, dw32, ks: int):
             num_warps=v.warps, num_stages=v.stages,
         )  # fmt: skip
     return ks
+
+
+def host_descriptors(v, p, x, dy, patch):
+    """The TMA descriptors wgrad_tma builds on the device, built here (same shapes and boxes)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    pn, ph, pw = patch
+    bk = pn * ph * pw
+    r = p.n * p.ho * p.wo
+    if v.mode == "4d":
+        dyd = TensorDescriptor(dy, [p.n, p.ho, p.wo, p.k], [p.ho * p.wo * p.k, p.wo * p.k, p.k, 1], [pn, ph, pw, v.bm])
+    else:
+        dyd = TensorDescriptor(dy, [r, p.k], [p.k, 1], [bk, v.bm])
+    if v.mode == "gemm2d":
+        xd = TensorDescriptor(x, [r, p.c], [p.c, 1], [bk, v.bn])
+    else:
+        xd = TensorDescriptor(x, [p.n, p.h, p.w, p.c], [p.h * p.w * p.c, p.w * p.c, p.c, 1], [pn, ph, pw, v.bn])
+    return dyd, xd
 
 
 def ks_options(v, p, sms):
@@ -417,8 +441,16 @@ def cmd_bench(a):
     import torch
     import triton
 
-    rows = read_rows(a.corpus, [r for r in ROWS if not a.only or any(o in r for o in a.only.split(","))])
     variants = [v for v in VARIANTS if not a.variants or v.name in a.variants.split(",")]
+    if a.dry:  # CPU plumbing check: the interpreter, tiny shapes and tiles, wall-clock "timing"
+        rows, dev, sms, reps = SELFTEST, "cpu", 4, 1
+        variants = [_shrunk(v) for v in variants]
+        timer = lambda torch, fn, reps, before=None: _wall_us(fn, before)  # noqa: E731
+        sync = lambda: None  # noqa: E731
+        a.jobs = 0
+    else:
+        rows = read_rows(a.corpus, [r for r in ROWS if not a.only or any(o in r for o in a.only.split(","))])
+        dev, reps, timer, sync = "cuda", a.reps, time_us, torch.cuda.synchronize
     t_start = time.time()
     failed = {}
     if a.jobs > 0:
@@ -426,13 +458,14 @@ def cmd_bench(a):
         failed = prewarm(a, todo)
         print(f"prewarm: {len(todo)} (row, variant) compiles in {time.time() - t_start:.0f}s, {len(failed)} failed", flush=True)
     torch.backends.cudnn.benchmark = True
-    _set_allocator(torch, "cuda")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    _set_allocator(torch, dev)
+    if not a.dry:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
     results = []
     for p in rows:
-        x, dy = make_inputs(torch, p, "cuda")
+        x, dy = make_inputs(torch, p, dev, dtype=torch.float16 if a.dry else None)
         cudnn = conv_bwd_weight(torch, p, x, dy)
-        t_cudnn = time_us(torch, cudnn, a.reps)
+        t_cudnn = timer(torch, cudnn, reps)
         ref = conv_bwd_weight(torch, p, x, dy, torch.float64)().permute(0, 2, 3, 1).contiguous()
         err_cudnn = rel_err(torch, cudnn().permute(0, 2, 3, 1), ref)
         row = {"name": p.name, "regime": p.regime, "problem": asdict(p), "gflop": p.flops / 1e9,
@@ -453,10 +486,10 @@ def cmd_bench(a):
                     R.ks = ks
                     R.dw.fill_(float("nan"))  # poisoned: every element must be written
                     R.full()
-                    torch.cuda.synchronize()
+                    sync()
                     err = rel_err(torch, R.dw, ref)
-                    us = time_us(torch, R.full, a.reps)
-                    kus = time_us(torch, R.kernel, a.reps, before=R.zero)
+                    us = timer(torch, R.full, reps)
+                    kus = timer(torch, R.kernel, reps, before=R.zero)
                     grid = geometry(v, p)[0] * launch_ks(v, p, ks)
                     rec["ks"][str(ks)] = {"us": us, "kernel_us": kus, "rel_err": err, "ok": err <= a.tol, "grid": grid}
             except Exception as e:  # a compile or launch failure of one variant: record, go on
@@ -484,6 +517,21 @@ def cmd_bench(a):
     return 1 if bad and a.strict else 0
 
 
+def _shrunk(v):
+    """A variant's tiles cut down to the self-test's tiny problems (patches follow bk)."""
+    import dataclasses
+
+    return dataclasses.replace(v, bm=16, bn=16 if v.kind == "tma" else 32, bk=16 if v.bk == 64 else 32)
+
+
+def _wall_us(fn, before=None):
+    if before:
+        before()
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e6
+
+
 def launch_ks(v, p, ks):
     _, iters, _ = geometry(v, p)
     ks = max(1, min(ks, iters))
@@ -493,8 +541,9 @@ def launch_ks(v, p, ks):
 def _write(a, results, triton, torch, t_start):
     doc = {
         "what": "benchmarks/mainloop/run.py: dense wgrad main-loop levers vs cuDNN (issue 12)",
-        "triton": triton.__version__, "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-        "sms": torch.cuda.get_device_properties(0).multi_processor_count, "reps": a.reps, "tol": a.tol,
+        "triton": triton.__version__, "torch": torch.__version__,
+        "device": "cpu (--dry: Triton interpreter)" if a.dry else torch.cuda.get_device_name(0),
+        "sms": None if a.dry else torch.cuda.get_device_properties(0).multi_processor_count, "reps": a.reps, "tol": a.tol,
         "roofline": {"flops_per_s": PEAK_FLOPS, "bytes_per_s": PEAK_BYTES},
         "base_source_sha256": hashlib.sha256(BASE_SOURCE.read_bytes()).hexdigest(),
         "variants": {v.name: asdict(v) for v in VARIANTS}, "seconds": time.time() - t_start, "rows": results,
@@ -546,8 +595,7 @@ def cmd_selftest(a):
         x, dy = make_inputs(torch, p, "cpu", seed=sum(map(ord, p.name)), dtype=torch.float16)
         ref = conv_bwd_weight(torch, p, x, dy, torch.float64)().permute(0, 2, 3, 1).contiguous()
         for v in VARIANTS:
-            # shrink tiles to the tiny problem; patches follow bk
-            v = dataclasses.replace(v, bm=16, bn=16 if v.kind == "tma" else 32, bk=16 if v.bk == 64 else 32)
+            v = _shrunk(v)
             if v.applies(p):
                 continue
             for ks in (1, 3):
@@ -576,6 +624,7 @@ def main():
     ap.add_argument("--strict", action="store_true", help="exit 1 if any variant failed")
     ap.add_argument("--compile-timeout", type=int, default=120, help="seconds per child compile")
     ap.add_argument("--selftest", action="store_true", help="CPU: Triton interpreter, tiny shapes")
+    ap.add_argument("--dry", action="store_true", help="CPU: the bench path end to end on the self-test shapes")
     ap.add_argument("--prewarm-one", nargs=2, metavar=("ROW", "VARIANT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.prewarm_one:

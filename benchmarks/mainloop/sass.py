@@ -40,7 +40,7 @@ def compile_variant(v: R.Variant, p: R.Problem):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn = R.kernel(v.kind)
+    fn = R.kernel(v.kernel_kind)
     if v.kind == "base":
         consts = dict(BM=v.bm, BN=v.bn, BK=v.bk, IS_3D=False, POINTWISE=(p.y == 1 and p.x == 1 and p.pad == 0),
                       VEC_C=8, VEC_K=8, INPUT_PRECISION="ieee", VARIANT="atomic", X_CACHE=".ca")  # fmt: skip
@@ -49,10 +49,15 @@ def compile_variant(v: R.Variant, p: R.Problem):
         pn, ph, pw = R.geometry(v, p)[2]["patch"]
         consts = dict(BM=v.bm, BN=v.bn, PN=pn, PH=ph, PW=pw, TAPS=v.taps, ADDR=v.addr, WS=v.ws, MODE=v.mode)
         ptrs = {"dy": "*bf16", "x": "*bf16", "dw32": "*fp32"}
+        if v.desc == "host":
+            bk = pn * ph * pw
+            dyb = [pn, ph, pw, v.bm] if v.mode == "4d" else [bk, v.bm]
+            xb = [bk, v.bn] if v.mode == "gemm2d" else [pn, ph, pw, v.bn]
+            ptrs = {"dy_desc": f"tensordesc<bf16{dyb}>", "x_desc": f"tensordesc<bf16{xb}>", "dw32": "*fp32"}
     sig = {}
     for a in fn.arg_names:
         sig[a] = "constexpr" if a in consts else ptrs.get(a, "i32")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in ptrs}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if ptrs.get(a, "").startswith("*")}
     src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": v.warps, "num_stages": v.stages, "enable_fp_fusion": True})  # fmt: skip
@@ -68,6 +73,9 @@ def sass_lines(cubin: bytes):
         path = Path(d, "k.cubin")
         path.write_bytes(cubin)
         out = subprocess.run([str(nvdisasm), "-c", str(path)], capture_output=True, text=True, check=True).stdout
+        res = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+)", res)
+    regs = int(m.group(1)) if m else None
     insns, labels = [], {}
     for line in out.splitlines():
         m = _LABEL.match(line.strip())
@@ -77,7 +85,7 @@ def sass_lines(cubin: bytes):
         m = _INSN.match(line)
         if m:
             insns.append((int(m.group(1), 16), m.group(2).strip()))
-    return insns, labels, out
+    return insns, labels, out, regs
 
 
 def main_loop(insns, labels):
@@ -98,9 +106,9 @@ def main_loop(insns, labels):
 
 
 def analyse(v, p, ck):
-    insns, labels, text = sass_lines(ck.asm["cubin"])
+    insns, labels, text, regs = sass_lines(ck.asm["cubin"])
     md = ck.metadata
-    res = {"variant": v.name, "row": p.name, "total_insns": len(insns), "regs": getattr(md, "num_regs", None),
+    res = {"variant": v.name, "row": p.name, "total_insns": len(insns), "regs": regs,
            "shared": md.shared, "global_scratch": getattr(md, "global_scratch_size", 0)}  # fmt: skip
     if v.kind == "tma":
         res["patch"] = list(R.geometry(v, p)[2]["patch"])
