@@ -595,6 +595,8 @@ def cmd_selftest(a):
         x, dy = make_inputs(torch, p, "cpu", seed=sum(map(ord, p.name)), dtype=torch.float16)
         ref = conv_bwd_weight(torch, p, x, dy, torch.float64)().permute(0, 2, 3, 1).contiguous()
         for v in VARIANTS:
+            if a.variants and v.name not in a.variants.split(","):
+                continue
             v = _shrunk(v)
             if v.applies(p):
                 continue
@@ -618,7 +620,7 @@ def main():
     ap.add_argument("--corpus", default=str(ROOT / "tests" / "data" / "wgrad_shapes.csv"))
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--tol", type=float, default=1e-2)
-    ap.add_argument("--jobs", type=int, default=8, help="processes compiling ahead (0: compile in line)")
+    ap.add_argument("--jobs", type=int, default=12, help="processes compiling ahead (0: compile in line)")
     ap.add_argument("--only", default="", help="comma-separated substrings of row names")
     ap.add_argument("--variants", default="", help="comma-separated variant names (default all)")
     ap.add_argument("--strict", action="store_true", help="exit 1 if any variant failed")
