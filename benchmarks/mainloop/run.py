@@ -177,6 +177,13 @@ VARIANTS = [
 ]  # fmt: skip
 
 
+# Compiled by sass.py only (its first evidence), not timed: keeps the H200 run short.
+SASS_ONLY = [
+    Variant("tma_t1_64x64_k64_w4s4_div", "tma", 64, 64, 64, 4, 4, addr="div",
+            what="lever 1 with the patch coordinates recomputed by scalar division each trip"),
+]  # fmt: skip
+
+
 def choose_patch(p: Problem, bk: int):
     """(PN, PH, PW), powers of two with product bk, covering (N, Ho, Wo) with the least padding
     (out-of-bounds rows cost MMA work, not traffic); ties to the widest PW, then PH."""

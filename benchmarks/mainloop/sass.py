@@ -144,7 +144,7 @@ def main():
     a = ap.parse_args()
     p = R.read_rows(R.ROOT / "tests" / "data" / "wgrad_shapes.csv", [a.row])[0]
     rows = []
-    for v in R.VARIANTS:
+    for v in R.VARIANTS + R.SASS_ONLY:
         if a.variants and v.name not in a.variants.split(","):
             continue
         if v.applies(p):
