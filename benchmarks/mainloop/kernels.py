@@ -42,7 +42,8 @@ def _coords(it, n_pb, h_pb, w_pb, PN: tl.constexpr, PH: tl.constexpr, PW: tl.con
 
 @triton.jit
 def _step(
-    dy_desc, x_desc, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo, n_pb, h_pb, w_pb,
+    dy_desc, x_desc, x_desc1, x_desc2, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo,
+    n_pb, h_pb, w_pb,
     BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
     TAPS: tl.constexpr, ADDR: tl.constexpr, MODE: tl.constexpr,
 ):  # fmt: skip
@@ -57,10 +58,12 @@ def _step(
         # dy^T, the wgmma A operand, from a 4-D box: Triton 3.9 stages it through registers
         # (ldmatrix.trans) whichever order the permute and the reshape come in.
         at = tl.reshape(tl.permute(dy_desc.load([n_, h_, w_, m0]), (3, 0, 1, 2)), [BM, BK])
-    elif MODE == "dy2d":
-        # the patch is whole output rows (PN == 1, PW == Wo, PH | Ho): its dy rows are one
-        # contiguous range of the matrix, and the transposed 2-D box stays in shared memory.
-        at = tl.trans(dy_desc.load([(n_ * Ho + h_) * Wo, m0]))
+    elif MODE == "dy2d" or MODE == "rowseg":
+        # dy2d: the patch is whole output rows (PN == 1, PW == Wo, PH | Ho); rowseg: BK positions
+        # of one output row (PN == PH == 1, PW == BK), spilling into the next row(s). Either way
+        # its dy rows are one contiguous range of the matrix, and the transposed 2-D box stays in
+        # shared memory. (rowseg: the spilled rows meet x zeros, see wgrad_tma.)
+        at = tl.trans(dy_desc.load([(n_ * Ho + h_) * Wo + w_, m0]))
     else:  # gemm2d: nb counts BK-row blocks
         at = tl.trans(dy_desc.load([nb * BK, m0]))
     if MODE == "gemm2d":
@@ -69,9 +72,9 @@ def _step(
         b0 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_, c0]), [BK, BN])
     acc0 = tl.dot(at, b0, acc0)
     if TAPS == 3:
-        b1 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 1, c0]), [BK, BN])
+        b1 = tl.reshape(x_desc1.load([n_, h_ + dh, w_ + dw_ + 1, c0]), [BK, BN])
         acc1 = tl.dot(at, b1, acc1)
-        b2 = tl.reshape(x_desc.load([n_, h_ + dh, w_ + dw_ + 2, c0]), [BK, BN])
+        b2 = tl.reshape(x_desc2.load([n_, h_ + dh, w_ + dw_ + 2, c0]), [BK, BN])
         acc2 = tl.dot(at, b2, acc2)
     if ADDR == "carry":
         wb += 1
@@ -82,6 +85,14 @@ def _step(
         hb = tl.where(ch, 0, hb)
         nb += ch.to(tl.int32)
     return acc0, acc1, acc2, nb, hb, wb
+
+
+@triton.jit
+def _x_rowseg(x, N, H, W, C, Wo, dw, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, BN: tl.constexpr):
+    w_ext = tl.minimum(W, Wo + dw)
+    return tl.make_tensor_descriptor(
+        x, shape=[N, H, w_ext, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
+    )
 
 
 @triton.jit
@@ -108,7 +119,7 @@ def _tile(K, C, Y, X, BM: tl.constexpr, BN: tl.constexpr, TAPS: tl.constexpr):
 
 @triton.jit
 def _mainloop(
-    dy_desc, x_desc, dw32, split, m0, c0, ky, kx,
+    dy_desc, x_desc, x_desc1, x_desc2, dw32, split, m0, c0, ky, kx,
     C, K, Ho, Wo, Y, X, pad_h, pad_w, n_pb, h_pb, w_pb, ks_iters,
     BM: tl.constexpr, BN: tl.constexpr, PN: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr,
     TAPS: tl.constexpr, ADDR: tl.constexpr, WS: tl.constexpr, MODE: tl.constexpr,
@@ -125,13 +136,15 @@ def _mainloop(
     if WS:  # only here: a Triton without the keyword still runs every other variant
         for it in tl.range(it0, it1, warp_specialize=True):
             acc0, acc1, acc2, nb, hb, wb = _step(
-                dy_desc, x_desc, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo, n_pb, h_pb, w_pb,
+                dy_desc, x_desc, x_desc1, x_desc2, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo,
+                n_pb, h_pb, w_pb,
                 BM, BN, PN, PH, PW, TAPS, ADDR, MODE,
             )  # fmt: skip
     else:
         for it in range(it0, it1):
             acc0, acc1, acc2, nb, hb, wb = _step(
-                dy_desc, x_desc, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo, n_pb, h_pb, w_pb,
+                dy_desc, x_desc, x_desc1, x_desc2, it, nb, hb, wb, acc0, acc1, acc2, m0, c0, dh, dw_, Ho, Wo,
+                n_pb, h_pb, w_pb,
                 BM, BN, PN, PH, PW, TAPS, ADDR, MODE,
             )  # fmt: skip
     offs_m = m0 + tl.arange(0, BM)
@@ -162,16 +175,26 @@ def wgrad_tma(
         dy_desc = tl.make_tensor_descriptor(
             dy, shape=[N, Ho, Wo, K], strides=[Ho * Wo * K, Wo * K, K, 1], block_shape=[PN, PH, PW, BM]
         )
-    else:  # dy2d, gemm2d: dy as the plain [N*Ho*Wo, K] matrix
+    else:  # dy2d, rowseg, gemm2d: dy as the plain [N*Ho*Wo, K] matrix
         dy_desc = tl.make_tensor_descriptor(dy, shape=[R, K], strides=[K, 1], block_shape=[BK, BM])
     if MODE == "gemm2d":  # 1x1, stride 1, no padding: x is the [N*H*W, C] matrix, same rows as dy
         x_desc = tl.make_tensor_descriptor(x, shape=[R, C], strides=[C, 1], block_shape=[BK, BN])
+    elif MODE == "rowseg":
+        # One descriptor per tap, its W extent clipped to Wo + dw (dw = kx - pad < 0): output
+        # positions past the row end (the segment's spill into the next row, whose dy rows the
+        # 2-D box carries along) then read x as zero instead of the row's last real pixels.
+        x_desc = _x_rowseg(x, N, H, W, C, Wo, kx - pad_w, PN, PH, PW, BN)
+        x_desc1 = _x_rowseg(x, N, H, W, C, Wo, kx + 1 - pad_w, PN, PH, PW, BN)
+        x_desc2 = _x_rowseg(x, N, H, W, C, Wo, kx + 2 - pad_w, PN, PH, PW, BN)
     else:
         x_desc = tl.make_tensor_descriptor(
             x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
         )
+    if MODE != "rowseg":
+        x_desc1 = x_desc
+        x_desc2 = x_desc
     _mainloop(
-        dy_desc, x_desc, dw32, split, m0, c0, ky, kx,
+        dy_desc, x_desc, x_desc1, x_desc2, dw32, split, m0, c0, ky, kx,
         C, K, Ho, Wo, Y, X, pad_h, pad_w, n_pb, h_pb, w_pb, ks_iters,
         BM, BN, PN, PH, PW, TAPS, ADDR, WS, MODE,
     )  # fmt: skip
@@ -189,7 +212,7 @@ def wgrad_tma_host(
     passed as kernel parameters): no per-CTA descriptor creation and no global scratch."""
     split, m0, c0, ky, kx = _tile(K, C, Y, X, BM, BN, TAPS)
     _mainloop(
-        dy_desc, x_desc, dw32, split, m0, c0, ky, kx,
+        dy_desc, x_desc, x_desc, x_desc, dw32, split, m0, c0, ky, kx,
         C, K, Ho, Wo, Y, X, pad_h, pad_w, n_pb, h_pb, w_pb, ks_iters,
         BM, BN, PN, PH, PW, TAPS, ADDR, WS, MODE,
     )  # fmt: skip

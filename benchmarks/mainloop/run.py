@@ -120,7 +120,7 @@ class Variant:
     taps: int = 1
     addr: str = "carry"
     ws: bool = False
-    mode: str = "4d"  # tma only: "4d", "dy2d", "gemm2d" (kernels.py)
+    mode: str = "4d"  # tma only: "4d", "dy2d", "rowseg", "gemm2d" (kernels.py)
     desc: str = "device"  # tma only: descriptors made on the device or encoded on the host
     what: str = ""
 
@@ -141,6 +141,11 @@ class Variant:
                 wo = p.wo
                 if wo & (wo - 1) or wo > self.bk or p.ho % (self.bk // wo):
                     return "dy2d: Wo a power of two <= BK, and BK / Wo dividing Ho"
+            if self.mode == "rowseg":
+                if self.desc == "host":
+                    return "rowseg: per-tap descriptors are made on the device"
+                if -(-p.wo // self.bk) * self.bk > 1.15 * p.wo:
+                    return "rowseg: BK-wide row segments would pad Wo by more than 15%"
             if self.mode == "gemm2d" and not (p.y == p.x == 1 and p.pad == 0):
                 return "gemm2d: 1x1 filters without padding"
         if p.k < self.bm or (self.kind == "tma" and p.c < self.bn):
@@ -170,6 +175,12 @@ VARIANTS = [
             what="lever 1, dy as a 2-D [N*Ho*Wo, K] descriptor (patch = whole output rows): dy^T stays in shared memory"),
     Variant("tma_t3_64x64_k64_w4s3_dy2d", "tma", 64, 64, 64, 4, 3, taps=3, mode="dy2d",
             what="lever 1+2: tap-major with the 2-D dy descriptor"),
+    Variant("tma_t1_64x64_k64_w4s4_rowseg", "tma", 64, 64, 64, 4, 4, mode="rowseg",
+            what="lever 1, 2-D dy descriptor over BK-wide output-row segments (Wo=56: 87.5% of the MMA work useful), dy^T in shared memory"),
+    Variant("tma_t3_64x64_k64_w4s3_rowseg", "tma", 64, 64, 64, 4, 3, taps=3, mode="rowseg",
+            what="lever 1+2: tap-major over row segments, three clipped x descriptors"),
+    Variant("tma_t3_64x64_k32_w4s4_rowseg", "tma", 64, 64, 32, 4, 4, taps=3, mode="rowseg",
+            what="lever 1+2: tap-major over 32-wide row segments (Wo=28: 87.5%)"),
     Variant("tma_t1_64x64_k64_w4s4_gemm2d", "tma", 64, 64, 64, 4, 4, mode="gemm2d",
             what="1x1: dy and x both plain 2-D descriptors (a TMA GEMM)"),
     Variant("tma_t1_64x64_k64_w4s4_ws", "tma", 64, 64, 64, 4, 4, addr="div", ws=True,
@@ -253,7 +264,12 @@ def geometry(v: Variant, p: Problem):
         pn, ph, pw = 1, 1, v.bk
         n_pb, h_pb, w_pb = cdiv(p.n * p.ho * p.wo, v.bk), 1, 1
         return tiles, n_pb, dict(patch=(pn, ph, pw), pb=(n_pb, h_pb, w_pb))
-    pn, ph, pw = (1, v.bk // p.wo, p.wo) if v.mode == "dy2d" else choose_patch(p, v.bk)
+    if v.mode == "dy2d":
+        pn, ph, pw = 1, v.bk // p.wo, p.wo
+    elif v.mode == "rowseg":
+        pn, ph, pw = 1, 1, v.bk
+    else:
+        pn, ph, pw = choose_patch(p, v.bk)
     n_pb, h_pb, w_pb = cdiv(p.n, pn), cdiv(p.ho, ph), cdiv(p.wo, pw)
     return tiles, n_pb * h_pb * w_pb, dict(patch=(pn, ph, pw), pb=(n_pb, h_pb, w_pb))
 
@@ -528,7 +544,7 @@ def _shrunk(v):
     """A variant's tiles cut down to the self-test's tiny problems (patches follow bk)."""
     import dataclasses
 
-    return dataclasses.replace(v, bm=16, bn=16 if v.kind == "tma" else 32, bk=16 if v.bk == 64 else 32)
+    return dataclasses.replace(v, bm=16, bn=16 if v.kind == "tma" else 32, bk=16 if v.bk <= 64 else 32)
 
 
 def _wall_us(fn, before=None):
@@ -588,6 +604,7 @@ SELFTEST = [
     Problem("tiny_3x3", 2, 16, 16, 6, 5, 3, 3, 1, 1),
     Problem("tiny_3x3_k24", 3, 16, 24, 5, 7, 3, 3, 1, 1),
     Problem("tiny_3x3_w8", 2, 16, 16, 4, 8, 3, 3, 1, 1),  # dy2d applies: Wo = 8, PH = BK / 8 divides Ho
+    Problem("tiny_3x3_w14", 2, 16, 16, 3, 14, 3, 3, 1, 1),  # rowseg applies: 16-wide segments of 14
     Problem("tiny_1x1", 2, 16, 16, 4, 6, 1, 1, 1, 0),
 ]
 
