@@ -184,13 +184,14 @@ def wgrad_tma(
         # positions past the row end (the segment's spill into the next row, whose dy rows the
         # 2-D box carries along) then read x as zero instead of the row's last real pixels.
         x_desc = _x_rowseg(x, N, H, W, C, Wo, kx - pad_w, PN, PH, PW, BN)
-        x_desc1 = _x_rowseg(x, N, H, W, C, Wo, kx + 1 - pad_w, PN, PH, PW, BN)
-        x_desc2 = _x_rowseg(x, N, H, W, C, Wo, kx + 2 - pad_w, PN, PH, PW, BN)
     else:
         x_desc = tl.make_tensor_descriptor(
             x, shape=[N, H, W, C], strides=[H * W * C, W * C, C, 1], block_shape=[PN, PH, PW, BN]
         )
-    if MODE != "rowseg":
+    if MODE == "rowseg" and TAPS == 3:
+        x_desc1 = _x_rowseg(x, N, H, W, C, Wo, kx + 1 - pad_w, PN, PH, PW, BN)
+        x_desc2 = _x_rowseg(x, N, H, W, C, Wo, kx + 2 - pad_w, PN, PH, PW, BN)
+    else:
         x_desc1 = x_desc
         x_desc2 = x_desc
     _mainloop(

@@ -8,7 +8,7 @@ cudnn.benchmark=True). The baseline is skwgrad's own ``wgrad_splitk`` source, JI
 with the same reduction as the variants (fp32 atomics into a zeroed buffer, then a cast) and no
 integer specialization (as the AOT build compiles it: only pointers carry a divisibility hint).
 
-    GPU machine:  python benchmarks/mainloop/run.py --out mainloop.json
+    GPU machine:  python3 benchmarks/mainloop/run.py --out $OUT/mainloop.json
     CPU here:     python benchmarks/mainloop/run.py --selftest      (Triton interpreter, tiny shapes)
 
 Timing columns per (row, variant): ``us`` = zero the fp32 buffer + kernel + cast to bf16 (what a
