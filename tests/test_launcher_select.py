@@ -364,7 +364,10 @@ def test_depthwise_and_grouped_problems_take_their_families():
         c.add(it.spec, it.arch)
     dw = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1")
     ch = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2))
-    assert ch.spec.family == "dwconv" and ch.spec.bn == 16 and ch.spec.vec_c == 8  # 9 taps fit 16; 144 % 8 == 0
+    # the window kernel of the 3-wide filter (stride 1 along W) at the widest vector: 144 % 8 == 0
+    assert ch.spec.family == "dwconv" and (ch.spec.bn, ch.spec.mode, ch.spec.vec_c) == (3, "win7r3", 8)
+    s2 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,stride=2")  # no window kernel: the gather one
+    assert S.choose(s2, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.bn == 16  # 9 taps fit 16
     assert ch.spec.variant == ("direct" if ch.ks_count == 1 else "workspace") and ch.stage2 is not None
     odd = parse_problem("n=8,c=100,k=100,g=100,h=28,w=28,y=7,x=7,padding=3")
     ch = S.choose(odd, c, arch="sm_90", cus=132, occupancy=occ(2))
@@ -372,7 +375,9 @@ def test_depthwise_and_grouped_problems_take_their_families():
     det = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2), deterministic=True)
     assert det.spec.family != "dwconv" or det.spec.variant in ("direct", "two_stage")
     rx = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")  # ResNeXt: 8 channels per group
-    ch = S.choose(rx, c, arch="sm_90", cus=132, occupancy=occ(2))
-    assert ch.spec.family == "grouped" and ch.spec.block * rx.k == ch.spec.bm  # a full packed M tile
+    r = S.rank_choices(rx, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    packed = [x for x in r.choices if x.spec.family == "grouped"]
+    assert packed and {x.spec.block * rx.k for x in packed} == {x.spec.bm for x in packed}  # full packed M tiles, ranked
+    assert all(x.predicted_us is not None for x in packed)
     dense = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
     assert S.choose(dense, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.family in ("wgrad", "wgrad_sk")

@@ -646,8 +646,8 @@ DWCONV_DEFAULT = {16: (16, 32, 4, "taps"), 32: (16, 16, 4, "taps"), 64: (32, 2, 
 # sm_90 SASS of the inner loop (instructions per multiply-add product, bf16: 3x3 win7r3 2.47,
 # 5x5 win7 2.45, 7x7 win7 2.14, vs 11.3 for the taps-inner default; win14r3 spills) with no
 # local memory; BC = 16 channels per CTA on 32-lane parts, 32 on wave-64 parts (one 16-byte
-# vector per thread per strip), 4 warps. In broad/full; not yet in the default (unmeasured on a GPU:
-# benchmarks/gpu_depthwise.py times them against the default's kernels and cuDNN).
+# vector per thread per strip), 4 warps. In every preset but smoke (default: direct plus one split
+# epilogue per dW dtype); benchmarks/gpu_depthwise.py times them against the gather kernels and cuDNN.
 DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7", 64), 7: ("win7", 64)}
 
 
@@ -700,6 +700,10 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
                 cfg, kw = DWCONV_CONFIGS[taps], {}
             for variant in ("direct", split):
                 out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec, **kw))
+        for dw in dw_dtypes(dtype):  # the window kernels, where stride and dilation along W are 1
+            split = "workspace" if dw == dtype != "fp32" else "atomic"
+            out += dwconv_window_specs(arch, dtype, dw, ("direct", split), dims=2)
+            out += dwconv_window_specs(arch, dtype, dw, ("direct", split), dims=3)
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):

@@ -218,7 +218,7 @@ def _occ(occupancy, k: Kernel, arch: str) -> int:
 def _family_ks(problem: ConvProblem, s, cus: int) -> int:
     """The split-K degree rule of the depthwise and packed-group families (``skwgrad.abi.launch``)."""
     if s.family == "dwconv":
-        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus)
+        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, mode=s.mode)
     return grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
 
 
