@@ -117,27 +117,52 @@ REDUCTION_CHOICES = ("auto", "linear", "tree", "atomic", "workspace", "direct", 
 @click.option("--problem", "problem_text", required=True, help='e.g. "n=32,c=64,k=64,h=56,w=56,y=3,x=3,stride=1,padding=1"')
 @click.option("--arch", type=click.Choice(clikit.arch_names()), default="gfx942", show_default=True,
               help="the target whose reference part's CU count plans the launch")  # fmt: skip
-@click.option("--tile", type=clikit.Tile(), default="128x128x64", show_default=True, help="BMxBNxBK")
+@click.option("--tile", type=clikit.Tile(), default=None, help="BMxBNxBK: only kernels of this tile (any tile the full preset has)")
 @click.option("--streamk", type=click.Choice(STREAMK_CHOICES), default="auto", show_default=True,
-              help="auto: run-from-cache's rule for a cache holding every kernel of this tile; dp_sk/persistent: that stream-K mode; off: split-K")  # fmt: skip
+              help="auto: the launcher's selection; dp_sk/persistent: that stream-K mode; off: split-K")  # fmt: skip
 @click.option("--reduction", "reduction", type=click.Choice(REDUCTION_CHOICES), default="auto", show_default=True,
-              help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage; auto: the selection rule's")  # fmt: skip
-@click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default for the arch")
-@click.option("--ks-count", type=clikit.IntRange32(min=1), default=None, help="split-K degree (default: the selection rule's)")
+              help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage; auto: the selection's")  # fmt: skip
+@click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the selection's")
+@click.option("--ks-count", type=clikit.IntRange32(min=1), default=None, help="split-K degree (default: the selection's)")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+              help="select from this cache's entries (default: what `compile-all --problem` would build for the arch)")
 @clikit.json_option
 @clikit.alias("--streamk-reductions", "reduction", type=click.Choice(REDUCTION_CHOICES))
-def plan(problem_text, arch, tile, streamk, reduction, streamk_ctas, ks_count, as_json):
-    """Show the GEMM view, partition, grid, workspace and kernarg block of one launch (no GPU)."""
-    from skwgrad.abi.plan_report import format_report, plan_report
+def plan(problem_text, arch, tile, streamk, reduction, streamk_ctas, ks_count, cache_dir, as_json):
+    """Show what the launcher would run for a problem on an arch (no GPU): the kernel the selection
+    picks with its predicted time and the next candidates, the GEMM view, partition, grid,
+    workspace and kernarg block."""
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.abi.plan_report import check_options, format_report
+    from skwgrad.launcher.offline import plan as offline_plan
 
-    report = plan_report(
-        problem_text, arch=arch, tile=tile, streamk=streamk, reduction=reduction,
-        streamk_ctas=streamk_ctas, ks_count=ks_count,
-    )  # fmt: skip
+    problem = parse_problem(problem_text)
+    check_options(streamk, reduction or "auto", streamk_ctas, ks_count)
+    if cache_dir is not None:
+        from skwgrad.launcher.api import open_cache
+
+        cache = open_cache(cache_dir)
+    else:
+        cache = _offline_specs(problem, arch, tile, streamk, reduction)
+    report = offline_plan(problem, arch=arch, cache=cache, tile=tile, streamk=streamk, reduction=reduction,
+                          streamk_ctas=streamk_ctas, ks_count=ks_count)  # fmt: skip
     if as_json:
         clikit.emit_json(report)
         return
     click.echo(format_report(report))
+
+
+def _offline_specs(problem, arch, tile, streamk, reduction):
+    """What compile-all would build for the problem (the default preset's corpus sweep); with a
+    tile or a forced mode/reduction, every kernel of that tile (or of the arch's default tiles)."""
+    from skwgrad.launcher.offline import every_kernel
+    from skwgrad.launcher.speccache import SpecCache
+
+    if tile is not None or streamk != "auto" or (reduction or "auto") != "auto":
+        return SpecCache((s, arch) for s in every_kernel(problem, arch, [tile] if tile else None))
+    from skwgrad.aot.sweep import sweep_for_problems
+
+    return SpecCache((it.spec, it.arch) for it in sweep_for_problems([problem], "default", arches=[arch]).items)
 
 
 @main.command()

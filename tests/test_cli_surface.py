@@ -18,6 +18,8 @@ import test_launcher_fakes as F  # noqa: E402
 
 from skwgrad import clikit  # noqa: E402
 from skwgrad.abi import plan_report as PR  # noqa: E402
+from skwgrad.abi.arch import get_arch  # noqa: E402
+from skwgrad.launcher import offline as OFF  # noqa: E402
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import launch_geometry  # noqa: E402
 from skwgrad.cli import main  # noqa: E402
@@ -52,8 +54,12 @@ def top(props: dict, required=None) -> dict:
 PLAN_SCHEMA = top({
     "problem": STR,
     "arch": obj({"name": {"enum": ["gfx942", "gfx950", "sm_90"]}, "compute_units": INT, "part": STR}),
-    "kernel": obj({"family": {"enum": ["wgrad", "wgrad_sk"]}, "variant": STR, "mode": STR, "tile": {"type": "string", "pattern": r"^\d+x\d+x\d+$"}}),
-    "selection": obj({"streamk": STR, "reduction": STR, "reason": STR}),
+    "kernel": obj({"family": {"enum": ["wgrad", "wgrad_sk", "grouped", "dwconv"]}, "variant": STR, "mode": STR,
+                   "tile": {"type": "string", "pattern": r"^\d+x\d+x\d+$"}, "label": STR, "num_warps": INT, "flags_per_cta": INT}),
+    "selection": obj({"streamk": STR, "reduction": STR, "reason": STR, "predicted_us": {"anyOf": [NUM, NULL]},
+                      "alternatives": {"type": "array", "minItems": 1, "items": obj({"label": STR, "family": STR, "pool": INT, "ks_count": INT,
+                                                                                     "predicted_us": {"anyOf": [NUM, NULL]}})},
+                      "rejected": {"type": "array", "items": STR}}),
     "gemm": obj({"groups": INT, "M": INT, "N": INT, "K": INT, "output": STR, "gflop": NUM}),
     "tiling": obj({"bm": INT, "bn": INT, "bk": INT, "num_tiles": INT, "iters_per_tile": INT}, ["num_tiles", "iters_per_tile"]),
     "partition": {"anyOf": [NULL, obj({"pool": INT, "sk_ctas": INT, "dp_tiles": INT}, ["pool", "sk_ctas", "dp_tiles"])]},
@@ -259,7 +265,7 @@ def test_skwgrad_errors_map_to_their_exit_code(monkeypatch):
         def boom(*a, cls=cls, **k):
             raise cls(f"{cls.__name__} happened\x1b[31m")
 
-        monkeypatch.setattr(PR, "plan_report", boom)
+        monkeypatch.setattr(OFF, "launch_report", boom)
         r = invoke("plan", "--problem", P)
         assert r.exit_code == cls.exit_code, cls
         assert r.stderr == f"error: {cls.__name__} happened\\x1b[31m\n"  # control characters escaped
@@ -359,16 +365,15 @@ def test_plan_report_api_refuses_out_of_range_values():
                        ({"ks_count": 2**40, "streamk": "off"}, "ks_count=1099511627776 does not fit"),
                        ({"streamk": "bogus"}, "streamk='bogus'"), ({"reduction": "fast"}, "reduction='fast'")):  # fmt: skip
         with pytest.raises(ProblemError, match=needle.replace("(", r"\(").replace("[", r"\[")):
-            PR.plan_report(P, arch="gfx942", tile=(128, 128, 64), **kw)
+            OFF.plan(P, arch="gfx942", tile=(128, 128, 64), cache=_every_kernel("gfx942", (128, 128, 64)), **kw)
 
 
 # ---------------------------------------------------------------------------------------------
-# plan --streamk auto is the launcher's rule
+# plan is the launcher's selection
 # ---------------------------------------------------------------------------------------------
 def test_plan_constants_are_the_launchers():
-    for name in ("SK_MIN_ITERS", "AUTO_MODES", "AUTO_SK_REDUCTIONS", "SK_ONLY", "SPLITK_ONLY", "STREAMK_CHOICES"):
+    for name in ("SK_ONLY", "SPLITK_ONLY", "STREAMK_CHOICES", "REDUCTION_CHOICES"):
         assert getattr(PR, name) is getattr(select, name), name  # one definition (skwgrad.abi.policy)
-    assert PR.REDUCTION_CHOICES is select.REDUCTION_CHOICES
 
 
 def _every_kernel(arch, tile):
@@ -397,6 +402,8 @@ def _every_kernel(arch, tile):
                                   {"streamk": "dp_sk", "streamk_ctas": 100}, {"streamk": "off", "ks_count": 3}])  # fmt: skip
 @pytest.mark.parametrize("arch, cus", [("gfx942", 304), ("sm_90", 132)])
 def test_plan_auto_matches_select_choose(problem, opts, arch, cus):
+    """plan reports the launch the launcher's selection makes from the same cache (kernel, pool,
+    split degree), with the workspace that launch allocates."""
     p = parse_problem(problem)
     tile = (128, 128, 64)
     cache = _every_kernel(arch, tile)
@@ -404,24 +411,27 @@ def test_plan_auto_matches_select_choose(problem, opts, arch, cus):
         with pytest.raises(ProblemError, match="must be fp32"):
             select.choose(p, cache, arch=arch, cus=cus, tile=tile, reduction="atomic")
         with pytest.raises(ProblemError, match="must be fp32"):
-            PR.plan_report(p, arch=arch, tile=tile, **opts)
+            OFF.plan(p, arch=arch, tile=tile, cache=cache, **opts)
         return
-    c = select.choose(p, cache, arch=arch, cus=cus, tile=tile, streamk=opts.get("streamk", "auto"),
-                      reduction=opts.get("reduction", "auto"), streamk_ctas=opts.get("streamk_ctas", -1), ks_count=opts.get("ks_count"))  # fmt: skip
     try:
-        r = PR.plan_report(p, arch=arch, tile=tile, **opts)
-    except ProblemError:  # then the launcher refuses the choice when it plans the launch
-        s = c.spec
-        with pytest.raises(ProblemError):
-            launch_geometry(p, s.family, s.variant, bm=s.bm, bn=s.bn, bk=s.bk, mode=s.mode, pool=c.pool, ks_count=c.ks_count)
+        c = select.choose(p, cache, arch=arch, cus=cus, tile=tile, use_tuned=False, streamk=opts.get("streamk", "auto"),
+                          reduction=opts.get("reduction", "auto"), streamk_ctas=opts.get("streamk_ctas", -1), ks_count=opts.get("ks_count"))  # fmt: skip
+    except ProblemError as e:  # a request no kernel can launch (ks_count past the iterations): plan refuses it too
+        with pytest.raises(ProblemError, match="ks_count must be in"):
+            OFF.plan(p, arch=arch, tile=tile, cache=cache, **opts)
+        assert "ks_count must be in" in str(e)
         return
-    got = (r["kernel"]["family"], r["kernel"]["variant"], r["kernel"]["mode"] or "splitk")
-    assert got == (c.spec.family, c.spec.variant, c.mode), (r["selection"], c.reason)
+    r = OFF.plan(p, arch=arch, tile=tile, cache=cache, **opts)
+    got = (r["kernel"]["family"], r["kernel"]["variant"], r["kernel"]["mode"] or "splitk", r["kernel"]["label"])
+    assert got == (c.spec.family, c.spec.variant, c.mode, c.spec.label), (r["selection"], c.reason)
+    assert r["selection"]["reason"] == c.reason and r["selection"]["predicted_us"] == c.predicted_us
+    geo = launch_geometry(p, c.spec.family, c.spec.variant, bm=128, bn=128, bk=64, mode=c.spec.mode, pool=c.pool, ks_count=c.ks_count,
+                          flags_per_cta=c.spec.flags_per_cta(get_arch(arch).wave_size) or None)  # fmt: skip
+    assert r["workspace"]["zeroed_bytes"] == geo.workspace.arena_bytes("zeroed") and r["grid"] == geo.grid
     if c.spec.family == "wgrad_sk":
         assert r["partition"]["pool"] == c.pool
     else:
-        ipt = p.tiling(*tile).iters_per_tile
-        assert r["ks_count"] == -(-ipt // -(-ipt // c.ks_count))  # launch_geometry drops empty splits
+        assert r["ks_count"] == c.ks_count
 
 
 def test_plan_default_is_auto_like_run_from_cache():
@@ -476,7 +486,7 @@ def test_a_missing_build_module_exits_3_with_the_install_command(monkeypatch, mo
     def boom(*a, **k):
         raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
-    monkeypatch.setattr(PR, "plan_report", boom)
+    monkeypatch.setattr(OFF, "plan", boom)
     r = invoke("plan", "--problem", P)
     assert r.exit_code == 3 and "pip install 'skwgrad[build]'" in r.stderr and "Traceback" not in r.output
 
@@ -485,7 +495,7 @@ def test_another_missing_module_is_not_hidden(monkeypatch):
     def boom(*a, **k):
         raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
 
-    monkeypatch.setattr(PR, "plan_report", boom)
+    monkeypatch.setattr(OFF, "plan", boom)
     r = invoke("plan", "--problem", P)
     assert r.exit_code == 1 and isinstance(r.exception, ModuleNotFoundError)  # a real bug stays a traceback
 

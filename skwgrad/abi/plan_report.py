@@ -1,9 +1,6 @@
-"""The offline ``skwgrad plan`` report: one launch resolved for an arch table entry, no GPU.
-
-``streamk="auto"`` (the default, as in ``run-from-cache``) applies the launcher's selection rule
-(``skwgrad.launcher.select``, SPEC section 8) to a cache that holds every kernel of the given tile
-and a Stage-2 reduce, on the arch's reference CU count with occupancy 1 (the offline view). The
-constants below are the launcher's; a test keeps them equal.
+"""The offline ``skwgrad plan`` report of one launch, no GPU: the launch geometry, workspace and
+kernarg block of the kernel the launcher's own selection picked (``skwgrad.launcher.offline``
+selects; this module only reports and checks the request's options).
 
 The report refuses what the launcher would: every scalar kernarg is packed through the launcher's
 own packer (``skwgrad.abi.kernargs.Packer``), so a value that does not fit its 4-byte i32 slot
@@ -15,20 +12,18 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from skwgrad.abi.arch import get_arch
-from skwgrad.abi.conv import ConvProblem, parse_problem
+from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES, Packer, declaration
 from skwgrad.abi.launch import launch_geometry
 from skwgrad.abi.spec import KernelSpec
-from skwgrad.abi.streamk import MODES, partition, resolve_pool
+from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError, ProblemError
 
-from skwgrad.abi.policy import (  # noqa: E402  (the launcher's selection uses the same constants)
-    AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SPLITK_ONLY, STREAMK_CHOICES,
-)  # fmt: skip
+from skwgrad.abi.policy import REDUCTION_CHOICES, SK_ONLY, SPLITK_ONLY, STREAMK_CHOICES  # noqa: E402
 _FAKE_PTR = 1 << 20  # an aligned non-null address: pointers are the launcher's, not the plan's
 
 
-def _check_options(streamk, reduction, streamk_ctas, ks_count):
+def check_options(streamk, reduction, streamk_ctas, ks_count):
     if streamk not in STREAMK_CHOICES:
         raise ProblemError(f"streamk={streamk!r}: use one of {', '.join(STREAMK_CHOICES)}")
     if reduction not in REDUCTION_CHOICES:
@@ -49,81 +44,18 @@ def _check_options(streamk, reduction, streamk_ctas, ks_count):
             raise ProblemError(f"{name}={v} does not fit the kernels' signed 32-bit arguments (at most {I32_MAX})")
 
 
-def _streamk_fits(problem: ConvProblem, tile, cus: int, pool: int) -> tuple[bool, str]:
-    """The auto rule's stream-K test: few tiles, a long reduction, and SK CTAs in the partition."""
-    t = problem.tiling(*tile)
-    if t.num_tiles >= cus:
-        return False, f"{t.num_tiles} tiles >= {cus} CUs"
-    if t.iters_per_tile < SK_MIN_ITERS:
-        return False, f"{t.iters_per_tile} iterations per tile < {SK_MIN_ITERS}"
-    part = partition(t.num_tiles, t.iters_per_tile, pool)
-    if part.sk_ctas == 0:
-        return False, "the partition is all data-parallel (sk_ctas = 0)"
-    return True, f"{t.num_tiles} tiles < {cus} CUs, {t.iters_per_tile} iterations per tile, sk_ctas = {part.sk_ctas}"
-
-
-def resolve_choice(problem: ConvProblem, *, tile, cus: int, streamk: str, reduction: str, streamk_ctas: int, ks_count) -> dict:
-    """(family, variant, mode, pool, ks_count, reason) as ``select.choose`` would pick them from a
-    cache holding every kernel of ``tile``, with occupancy 1."""
-    if reduction == "atomic" and problem.dw_dtype != "fp32":
-        raise ProblemError(
-            f"the atomic reduction accumulates into dW, which must be fp32; this problem's dW is {problem.dw_dtype} "
-            f"(add dw_dtype=fp32 to the problem, or use another reduction)"
-        )
-    want_sk = streamk in MODES or (streamk == "auto" and reduction in SK_ONLY)
-    try_sk = want_sk or (streamk == "auto" and ks_count is None and reduction in ("auto", "atomic"))
-    notes = []
-    if try_sk:
-        modes = (streamk,) if streamk in MODES else AUTO_MODES
-        reds = (reduction,) if reduction in SK_REDUCTIONS else AUTO_SK_REDUCTIONS
-        for red in reds:
-            for mode in modes:
-                pool = resolve_pool(streamk_ctas, cus, red)
-                if want_sk:
-                    return {"family": "wgrad_sk", "variant": red, "mode": mode, "pool": pool, "ks_count": 1, "reason": "forced stream-K"}
-                ok, why = _streamk_fits(problem, tile, cus, pool)
-                if ok:
-                    return {"family": "wgrad_sk", "variant": red, "mode": mode, "pool": pool, "ks_count": 1, "reason": why}
-                notes.append(why)
-    t = problem.tiling(*tile)
-    want = ks_count if ks_count is not None else max(1, min(cus // t.num_tiles, t.iters_per_tile))
-    if reduction in SPLITK_EPILOGUES:
-        variant = reduction
-    else:
-        variant = "direct" if want == 1 else "two_stage"
-    if variant == "direct":
-        if ks_count not in (None, 1):
-            raise ProblemError("the direct split-K epilogue stores dW once: ks_count must be 1 (use two_stage or atomic)")
-        n = 1
-    elif ks_count is not None:
-        n = ks_count
-    else:
-        n = want
-        if variant == "two_stage":
-            n = max(1, min(n, (I32_MAX - 255) // (4 * problem.dw_numel)))
-    reason = f"split-K ks_count={n}" + (f" (not stream-K: {'; '.join(dict.fromkeys(notes))})" if notes else "")
-    return {"family": "wgrad", "variant": variant, "mode": "", "pool": 0, "ks_count": n, "reason": reason}
-
-
-def plan_report(problem_text, *, arch, tile, streamk="auto", reduction="auto", streamk_ctas=-1, ks_count=None) -> dict:
+def launch_report(problem: ConvProblem, *, arch: str, spec: KernelSpec, pool: int = 0, ks_count: int = 1,
+                  selection: dict | None = None) -> dict:  # fmt: skip
+    """The report of one launch of ``spec``: GEMM view, partition, grid, workspace (with the flags
+    the kernel really publishes: ``KernelSpec.flags_per_cta``) and the kernarg block, packed by the
+    launcher's own packer."""
     a = get_arch(arch)
-    problem = problem_text if isinstance(problem_text, ConvProblem) else parse_problem(problem_text)
-    reduction = reduction or "auto"
-    _check_options(streamk, reduction, streamk_ctas, ks_count)
-    if len(tuple(tile)) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in tile):
-        raise ProblemError(f"tile must be (BM, BN, BK) integers, got {tile!r}")
-    bm, bn, bk = tile
-    problem.tiling(bm, bn, bk)  # positive tile sizes
-    choice = resolve_choice(problem, tile=(bm, bn, bk), cus=a.compute_units, streamk=streamk, reduction=reduction,
-                            streamk_ctas=streamk_ctas, ks_count=ks_count)  # fmt: skip
-    family, variant, mode = choice["family"], choice["variant"], choice["mode"]
-    # Flags per CTA follow from the kernel the sweep builds for this tile (its warps), never an option.
-    warps = a.default_warps(bm, bn, bk)
-    flags = KernelSpec(family, variant, "bf16", "fp32" if variant == "atomic" else "bf16", bm=bm, bn=bn, bk=bk,
-                       num_warps=warps, mode=mode).flags_per_cta(a.wave_size)  # fmt: skip
+    family, variant, mode = spec.family, spec.variant, spec.mode
+    bm, bn, bk = spec.bm, spec.bn, spec.bk
+    flags = spec.flags_per_cta(a.wave_size)
     geo = launch_geometry(
-        problem, family, variant, bm=bm, bn=bn, bk=bk, mode=mode, pool=choice["pool"],
-        ks_count=choice["ks_count"], flags_per_cta=flags or None,
+        problem, family, variant, bm=bm, bn=bn, bk=bk, mode=mode, pool=pool, ks_count=ks_count,
+        flags_per_cta=flags or None, groups_per_tile=spec.block if family == "grouped" else 0,
     )  # fmt: skip
     decl = declaration(family, variant)
     slots, size = decl.layout()
@@ -155,9 +87,9 @@ def plan_report(problem_text, *, arch, tile, streamk="auto", reduction="auto", s
     return {
         "problem": p.describe(),
         "arch": {"name": a.name, "compute_units": a.compute_units, "part": a.part},
-        "kernel": {"family": family, "variant": variant, "mode": mode, "tile": f"{bm}x{bn}x{bk}", "num_warps": warps,
-                   "flags_per_cta": flags},  # fmt: skip
-        "selection": {"streamk": streamk, "reduction": reduction, "reason": choice["reason"]},
+        "kernel": {"family": family, "variant": variant, "mode": mode, "tile": f"{bm}x{bn}x{bk}", "num_warps": spec.num_warps,
+                   "flags_per_cta": flags, "label": spec.label},  # fmt: skip
+        "selection": selection or {},
         "gemm": {
             "groups": p.g, "M": p.gemm_m, "N": p.gemm_n, "K": p.gemm_k,
             "output": f"{p.do}x{p.ho}x{p.wo}" if p.spatial_dims == 3 else f"{p.ho}x{p.wo}",
@@ -188,6 +120,12 @@ def format_report(r: dict) -> str:
     sel = r.get("selection")
     if sel:
         out.append(f"selection --streamk {sel['streamk']} --reduction {sel['reduction']}: {sel['reason']}")
+        for alt in sel.get("alternatives", [])[1:]:
+            how = f"pool {alt['pool']}" if alt["family"] == "wgrad_sk" else f"ks_count {alt['ks_count']}"
+            pred = f"{alt['predicted_us']:.1f} us" if alt.get("predicted_us") is not None else "not modelled"
+            out.append(f"  next    {alt['label']} {how}: {pred}")
+        if sel.get("rejected"):
+            out.append(f"  rejected {len(sel['rejected'])}: " + "; ".join(sel["rejected"][:3]) + ("; ..." if len(sel["rejected"]) > 3 else ""))
     g = r["gemm"]
     out.append(f"gemm      G={g['groups']} M={g['M']} N={g['N']} K={g['K']}  (output {g['output']}, {g['gflop']} GFLOP)")
     t = r["tiling"]
