@@ -390,6 +390,10 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
         return
     if spec.family in ("wgrad", "dwconv", "grouped"):  # split-K shaped: splits of ks_iters steps of BK rows
         steps = -(-p.gemm_k // spec.bk)
+        if spec.family == "dwconv" and spec.mode.startswith("win"):  # steps of BK strips of BW output columns
+            from skwgrad.abi.launch import dwconv_tiling
+
+            steps = dwconv_tiling(p, spec.bm, spec.bn, spec.bk, spec.mode).iters_per_tile
         if a["ks_iters"] * a["ks_count"] < steps:
             raise FakeFault(f"ks_iters x ks_count = {a['ks_iters']} x {a['ks_count']} does not cover {steps} steps of {spec.bk} rows")
         if spec.variant == "direct":

@@ -381,3 +381,23 @@ def test_depthwise_and_grouped_problems_take_their_families():
     assert all(x.predicted_us is not None for x in packed)
     dense = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
     assert S.choose(dense, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.family in ("wgrad", "wgrad_sk")
+
+
+def test_tune_top_times_what_auto_would_run_first():
+    """Tune on first use times the best few of the search space: for a depthwise problem that is
+    its own family, the rule's pick first, never only dense kernels."""
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    dw = parse_problem("n=8,c=144,k=144,g=144,h=28,w=28,y=3,x=3,padding=1,dw_dtype=fp32")
+    space = S.all_choices(dw, c, arch="sm_90", cus=132, occupancy=occ(2))
+    auto = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2), use_tuned=False)
+    assert space[0].kernel.key == auto.kernel.key and space[0].spec.family == "dwconv"
+    assert {x.spec.family for x in space[:4]} == {"dwconv"}
+    be = F.FakeBackend(cus=132, max_active=2)
+    rows = S.tune(dw, be, c, warmup=0, iters=1, top=3, remember=False)
+    assert {r["family"] for r in rows} == {"dwconv"}
+    dense = parse_problem("n=8,c=64,k=64,h=28,w=28,y=3,x=3,padding=1")
+    assert S.all_choices(dense, c, arch="sm_90", cus=132, occupancy=occ(2))[0].predicted_us is not None

@@ -59,6 +59,9 @@ def tuning_enabled() -> bool:
     return os.environ.get("SKWGRAD_TUNE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+TUNE_TOP = 8  # candidates tune-on-first-use times: the cost model's best-ranked ones
+
+
 def _tune_first_use(problem: ConvProblem, options: LaunchOptions, cache, be, stream) -> None:
     """Time the candidates of a problem nobody has tuned yet (see ``set_tuning``)."""
     if options != LaunchOptions(deterministic=options.deterministic, dw_dtype=options.dw_dtype, precision=options.precision):
@@ -70,10 +73,12 @@ def _tune_first_use(problem: ConvProblem, options: LaunchOptions, cache, be, str
         return
     if stream is not None and be.stream_is_capturing(stream):
         return  # tuning synchronises the device: never inside a capture
-    from skwgrad.launcher.baseline import cudnn_time
+    from skwgrad.launcher.baseline import cudnn_time, stream_hold
 
     native_us, _ = cudnn_time(problem, be, warmup=3, iters=10) if be.name in ("cuda", "hip") else (None, "")
-    rows = tune_problem(problem, be, cache, warmup=3, iters=10, native_us=native_us)
+    # the model's best few, timed as the native op is (device time: the stream held while queueing)
+    hold = stream_hold() if be.binary_kind == "cubin" else None
+    rows = tune_problem(problem, be, cache, warmup=3, iters=10, native_us=native_us, hold=hold, top=TUNE_TOP)
     stats["tuned"] += 1
     log.info("tuned %s on %s: %d candidates, fastest %s", problem.describe(), be.arch, len(rows),
              f"{rows[0]['label']} {rows[0]['us']:.1f} us" if rows and "us" in rows[0] else "none")  # fmt: skip

@@ -280,10 +280,11 @@ def run_from_cache(problem_texts, corpus, arches, streamk, reductions, streamk_c
 @click.option("--iters", type=click.IntRange(min=1, max=10_000), default=20, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--dry-run", is_flag=True, help="time and fit, but store neither the tuned choices nor the model")
+@click.option("--model-only", is_flag=True, help="store the fitted model but not the tuned choices of the timed problems")
 @clikit.json_option
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="write the JSON document (every timed candidate, the fit, per-problem picks) to this file")
-def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dry_run, as_json, out_path):
+def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dry_run, model_only, as_json, out_path):
     """Time the whole search space of each problem on this GPU, remember each fastest choice, fit
     the cost model's constants to the timings and store them with the cache: selection then ranks
     every problem (also ones never timed) by the fitted model. `cache export` carries both.
@@ -315,8 +316,10 @@ def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dr
                                "spec": cache.get(r["key"]).spec.to_dict()})  # fmt: skip
 
     try:
+        # device time: each candidate's launches queued behind a held stream, as --tune and the baseline
+        hold = stream_hold() if backend.binary_kind == "cubin" else None
         got = calibrate(list(uniq.values()), backend, cache, warmup=warmup, iters=iters, seed=seed, remember=not dry_run,
-                        on_problem=progress)  # fmt: skip
+                        remember_tuned=not model_only, on_problem=progress, hold=hold)  # fmt: skip
     except SkwgradError as e:
         click.echo(clikit.escape(str(e)), err=True)
         sys.exit(EXIT_CHECK_FAILED)
@@ -325,7 +328,7 @@ def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dr
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
         "skwgrad": __version__, "commit": _git_commit(), "cache": str(getattr(cache, "path", "")),
-        "stored": not dry_run, "model": json.loads(model.to_json()), "samples": got["samples"],
+        "stored": not dry_run, "tuned_stored": not (dry_run or model_only), "model": json.loads(model.to_json()), "samples": got["samples"],
         "problems": [{"name": names.get(r["problem"], ""), **r} for r in got["problems"]], "rows": timed_rows,
     }  # fmt: skip
     if out_path:

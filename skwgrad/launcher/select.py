@@ -242,7 +242,7 @@ def _splitk_degrees(problem: ConvProblem, k: Kernel, cus: int, o: LaunchOptions)
     if o.ks_count is not None:
         if s.variant == "direct" and o.ks_count != 1:
             return []
-        return [min(o.ks_count, t.iters_per_tile)]
+        return [o.ks_count]  # out of range: launch_geometry says so
     if s.variant == "direct":
         return [1]
     top = t.iters_per_tile
@@ -573,18 +573,25 @@ def all_choices(
     o = LaunchOptions(streamk="auto" if streamk in ("all", "auto") else streamk, streamk_ctas=streamk_ctas, tile=tile)
     ranking = rank_choices(problem, cache, arch=arch, cus=cus, options=o, occupancy=occupancy, model=model)
     out = [c for c in ranking.choices if not reductions or c.spec.variant in reductions]
+    special = []
     if streamk in ("all", "auto", "off") and tile is None and streamk_ctas == -1:
         stage2 = find_stage2(cache, arch, problem.dw_dtype)
-        for fam in ("dwconv",):
-            for k in candidates(cache, arch, problem, family=fam):
-                s = k.spec
-                if reductions and s.variant not in reductions:
-                    continue
-                if s.variant in ("two_stage", "workspace") and stage2 is None:
-                    continue
-                out.append(Choice(k, ks_count=_special_ks(problem, k, cus),
-                                  stage2=stage2 if s.variant in ("two_stage", "workspace") else None, reason="candidate"))  # fmt: skip
-    return out
+        pick = _special_family_choice(problem, cache, arch, cus, LaunchOptions(), stage2, frozenset())
+        for k in candidates(cache, arch, problem, family="dwconv"):
+            s = k.spec
+            if reductions and s.variant not in reductions:
+                continue
+            if s.variant in ("two_stage", "workspace") and stage2 is None:
+                continue
+            c = Choice(k, ks_count=_special_ks(problem, k, cus), stage2=stage2 if s.variant in ("two_stage", "workspace") else None,
+                       reason="candidate")  # fmt: skip
+            if pick is not None and k.key == pick.kernel.key:
+                special.insert(0, dataclasses.replace(c, ks_count=pick.ks_count, stage2=pick.stage2))
+            else:
+                special.append(c)
+    # A depthwise problem's own family first (the rule's pick leading): a ``top`` cut of this list
+    # (tune on first use) must time what auto would run, not only dense kernels.
+    return special + out if (problem.c, problem.k) == (1, 1) else out + special
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,15 +672,17 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
     return out
 
 
-def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=True, on_problem=None) -> dict:
-    """Time the whole search space of every problem (remembering each fastest choice), fit the
-    cost model's constants to all the dense timings and store them with the cache (``remember``).
+def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=True, remember_tuned=True, on_problem=None,
+              hold=None) -> dict:  # fmt: skip
+    """Time the whole search space of every problem (remembering each fastest choice unless
+    ``remember_tuned`` is off), fit the cost model's constants to all the dense timings and store
+    them with the cache (``remember``).
     Returns the model and, per problem, the fastest choice and the one the fitted model ranks first
     (with both measured times)."""
     arch, cus = backend.arch, backend.compute_units
     per_problem, samples = [], []
     for p in problems:
-        rows = tune(p, backend, cache, warmup=warmup, iters=iters, seed=seed, remember=remember)
+        rows = tune(p, backend, cache, warmup=warmup, iters=iters, seed=seed, remember=remember and remember_tuned, hold=hold)
         samples += samples_of(rows, p, cache, arch=arch, cus=cus)
         per_problem.append((p, rows))
         if on_problem is not None:
