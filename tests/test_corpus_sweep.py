@@ -124,11 +124,12 @@ def test_narrow_rule_by_hand():
     specs = [s.spec for s in sweep("default", arches=["sm_90"], dtypes=["bf16"], tiles="64x128x64") if s.spec.family != "stage2"]
     kept = selectable(specs, p)
     fams = {s.family for s in kept}
-    assert fams == {"wgrad", "wgrad_sk"}
+    assert fams == {"wgrad"}  # stream-K is built at (W, W) only in default: K = 60 admits none
     split = [s for s in kept if s.family == "wgrad"]
     assert {(s.vec_c, s.vec_k, s.pointwise) for s in split} == {(4, 4, True)}  # (8, 4) is not built; (4, 4) beats (8, 1)
-    sk = [s for s in kept if s.family == "wgrad_sk"]
-    assert {(s.vec_c, s.vec_k) for s in sk} == {(1, 1)} and all(not s.pointwise for s in sk)  # dp_sk scalar tree/workspace only
+    broad = [s.spec for s in sweep("broad", arches=["sm_90"], dtypes=["bf16"], tiles="64x128x64") if s.spec.family != "stage2"]
+    sk = [s for s in selectable(broad, p) if s.family == "wgrad_sk"]
+    assert sk and len({(s.vec_c, s.vec_k) for s in sk}) == 1 and all(p.k % s.vec_k == 0 for s in sk)  # the widest broad has
     assert widest([], p) == []
 
 
