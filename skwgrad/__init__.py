@@ -7,7 +7,7 @@ the Python API (`wgrad`, `plan`, `tune`) launch them on the GPU machine with no 
 __version__ = "0.1.0"  # keep equal to pyproject.toml's version (tests/test_packaging.py checks)
 
 # The launcher pulls in GPU runtimes lazily: importing skwgrad must work on a build machine.
-_LAZY_API = ("wgrad", "plan", "tune")
+_LAZY_API = ("wgrad", "plan", "tune", "set_tuning")
 __all__ = ["__version__", *_LAZY_API]
 
 
