@@ -410,7 +410,7 @@ def _native_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dty
     # activations' format, as the weight of a channels-last model is channels-last too.
     fmt = _cl_format(sd) if (_is_cl(x) or _is_cl(dy)) else torch.contiguous_format
     w = torch.empty(weight_shape, dtype=x.dtype, device=x.device, memory_format=fmt)
-    dw = torch.ops.aten.convolution_backward(
+    dw = torch.ops.aten.convolution_backward.default(
         dy, x, w, None, stride, padding, dilation, False, [0] * sd, groups, [False, True, False]
     )[1]
     return _as_cl(dw, weight_shape, dw_dtype)
@@ -604,6 +604,80 @@ _conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 
 # ---------------------------------------------------------------------------------------------
+# The eager path: the same computation without the custom-op dispatcher
+# ---------------------------------------------------------------------------------------------
+# A custom op's eager call (schema parsing of the arguments, the Python autograd kernel it
+# generates, the nested conv_weight_grad call in the backward) costs some hundred microseconds of
+# host time per convolution, enough to make a GPU backward host-bound. Outside tracing the
+# patched convolution is this autograd.Function instead: the forward is aten.convolution, the
+# backward computes dX/dbias with one aten.convolution_backward and dW with _wgrad, the Python
+# behind skwgrad::conv_weight_grad (same decisions, fallbacks, counters, deterministic handling,
+# dtypes and streams). Tracing (torch.compile, export, make_fx, FakeTensor, functorch, jit) keeps
+# the custom ops: they are what a graph records, and a compiled graph pays no such cost.
+_PLAIN_TYPES = (Tensor, nn.Parameter)
+
+
+def _eager(x, weight, bias) -> bool:
+    """Whether this call runs eagerly on plain tensors (not traced), so _EagerConv may run it.
+    is_compiling() comes first: under dynamo it is a constant and the rest is never traced."""
+    if torch.compiler.is_compiling():
+        return False
+    if type(x) not in _PLAIN_TYPES or type(weight) not in _PLAIN_TYPES:
+        return False
+    if bias is not None and type(bias) not in _PLAIN_TYPES:
+        return False
+    if x.device.type == "meta" or torch._C._len_torch_dispatch_stack():  # FakeTensor/proxy/functional modes
+        return False
+    if torch.jit.is_tracing() or torch._C._are_functorch_transforms_active():
+        return False
+    return True
+
+
+_aten_convolution = torch.ops.aten.convolution.default
+_aten_convolution_backward = torch.ops.aten.convolution_backward.default
+
+
+class _EagerConv(torch.autograd.Function):
+    """skwgrad::conv with its autograd formula, as a plain autograd.Function. Under autocast the
+    forward casts the weight (and bias) to x's dtype once and saves the cast weight for the dX of
+    the backward, as autocast's own convolution does, instead of casting it again there."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding, dilation, groups, name):
+        w, b = _params_like(x, weight, bias)
+        y = _aten_convolution(x, w, b, stride, padding, dilation, False, [0] * (x.dim() - 2), groups)
+        ctx.save_for_backward(x, w)
+        ctx.conv = (stride, padding, dilation, groups, name)
+        ctx.weight_meta = (list(weight.shape), weight.dtype)
+        ctx.bias_dtype = bias.dtype if bias is not None else None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        stride, padding, dilation, groups, name = ctx.conv
+        weight_shape, weight_dtype = ctx.weight_meta
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        gx = gw = gb = None
+        if need_x or need_b:
+            if w.dtype != x.dtype:  # not from this forward (it casts); kept for safety
+                w = w.to(x.dtype)
+            gx, _, gb = _aten_convolution_backward(
+                grad, x, w, [weight_shape[0]] if need_b else None, stride, padding, dilation, False,
+                [0] * (x.dim() - 2), groups, [need_x, False, need_b],
+            )  # fmt: skip
+            if gb is not None and gb.dtype != ctx.bias_dtype:
+                gb = gb.to(ctx.bias_dtype)
+        if need_w:
+            if torch.is_grad_enabled():  # create_graph=True: the op, as on the traced path
+                gw = torch.ops.skwgrad.conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups,
+                                                        weight_dtype, name)  # fmt: skip
+            else:
+                gw = _wgrad(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype, name)
+        return gx, gw, gb, None, None, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
 # torch.nn.functional-compatible convolutions
 # ---------------------------------------------------------------------------------------------
 def _autocast_dtype(x: Tensor):
@@ -623,11 +697,14 @@ def _conv(sd, input, weight, bias, stride, padding, dilation, groups, name):
     pad = _resolve_padding(padding, weight.shape[2:], dilation, sd)
     amp = _autocast_dtype(input)
     if amp is not None:
-        input = input.to(amp)
+        if input.dtype != amp:
+            input = input.to(amp)
     elif input.dtype != weight.dtype or (bias is not None and bias.dtype != input.dtype):
         pad = None  # mixed dtypes outside autocast: PyTorch's error (or its behaviour)
     if pad is None:  # asymmetric 'same' padding: the whole convolution stays PyTorch's
         return native(input, weight, bias, stride, padding, dilation, groups)
+    if _eager(input, weight, bias):
+        return _EagerConv.apply(input, weight, bias, stride, pad, dilation, int(groups), name)
     return torch.ops.skwgrad.conv(input, weight, bias, stride, pad, dilation, int(groups), name)
 
 
