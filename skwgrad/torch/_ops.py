@@ -12,10 +12,17 @@ Two custom ops, both opaque to torch.compile (no graph break) and traced through
   convolution (``aten.convolution``), with an autograd formula whose backward computes dX and
   the bias gradient with PyTorch and dW with ``conv_weight_grad``.
 
+``conv2d``/``conv3d`` and patched modules call ``skwgrad::conv`` only while traced (torch.compile,
+export, make_fx, FakeTensor, functorch transforms, jit tracing). In plain eager mode they run the
+same computation as an ``autograd.Function`` (``_EagerConv``) that calls ``aten.convolution`` and,
+in its backward, ``aten.convolution_backward`` and ``conv_weight_grad``'s Python directly: the
+custom-op dispatch costs hundreds of microseconds of host time per layer, enough to make a GPU
+backward host-bound.
+
 Which path each call took is counted per problem and per layer (``stats()``) and logged once per
 (problem, layer, path, reason) on the ``skwgrad.torch`` logger at DEBUG (WARNING for a damaged
-cache entry or a failed check). Counters count the op's executions: under CUDA-graph replay the
-op's Python does not run, so only the warm-up and capture runs are counted.
+cache entry or a failed check). Counters count the weight gradients computed (eager calls and
+compiled-graph executions of the op): under CUDA-graph replay the op's Python does not run, so only the warm-up and capture runs are counted.
 """
 
 import csv
@@ -229,6 +236,20 @@ def _cl_format(sd: int):
 
 def _cl_strides(shape) -> tuple:
     """The strides ``torch.empty(shape, memory_format=channels_last[_3d])`` gives."""
+    shape = tuple(shape)
+    try:
+        got = _CL_STRIDES.get(shape)
+    except TypeError:  # symbolic sizes are not hashable
+        return _cl_strides_of(shape)
+    if got is None:
+        got = _CL_STRIDES[shape] = _cl_strides_of(shape)
+    return got
+
+
+_CL_STRIDES: dict = {}
+
+
+def _cl_strides_of(shape) -> tuple:
     k, c, *sp = shape
     strides = [0] * len(shape)
     acc = 1
@@ -475,15 +496,26 @@ def _recheck_tuned(d, x, weight_shape, stride, padding, dilation, groups, precis
         pass  # the launch just worked: an unreadable record leaves the decision as it is
 
 
-def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, name) -> Tensor:
+def _prepare(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype) -> tuple:
+    """The settings and the memoised decision of one weight gradient: (weight_shape, stride,
+    padding, dilation, dw_dtype, deterministic, precision, key, decision, native reason known
+    before trying skwgrad or None)."""
     weight_shape, stride, padding, dilation = list(weight_shape), list(stride), list(padding), list(dilation)
     dw_dtype = dw_dtype if dw_dtype is not None else x.dtype
     deterministic = torch.are_deterministic_algorithms_enabled()
     precision = _fp32_precision() if x.dtype == torch.float32 else ""
     key, d = _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision)
-    desc, problem, reason, compute = d[:4]
+    reason = d[2]
     if reason is None and not _cfg.enabled:
         reason = "disabled"
+    return weight_shape, stride, padding, dilation, dw_dtype, deterministic, precision, key, d, reason
+
+
+def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, name, prepared=None) -> Tensor:
+    if prepared is None:
+        prepared = _prepare(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype)
+    weight_shape, stride, padding, dilation, dw_dtype, deterministic, precision, key, d, reason = prepared
+    desc, problem, _, compute = d[:4]
     detail = ""
     if reason is None:
         args = (x, dy, weight_shape, stride, padding, dilation, groups)
@@ -659,9 +691,23 @@ class _EagerConv(torch.autograd.Function):
         weight_shape, weight_dtype = ctx.weight_meta
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         gx = gw = gb = None
+        prepared = None
+        if need_w and not torch.is_grad_enabled():
+            prepared = _prepare(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype)
+            reason = prepared[-1]
+            if reason is not None:
+                # dW is PyTorch's (known before any launch): one convolution_backward for all three
+                # gradients, as PyTorch's own convolution does; counted as _wgrad counts it.
+                _count(prepared[8][0], name, "native", reason)
+                gx, gw, gb = _aten_convolution_backward(
+                    grad, x, w, [weight_shape[0]] if need_b else None, stride, padding, dilation, False,
+                    [0] * (x.dim() - 2), groups, [need_x, True, need_b],
+                )  # fmt: skip
+                if gb is not None and gb.dtype != ctx.bias_dtype:
+                    gb = gb.to(ctx.bias_dtype)
+                return gx, _as_cl(gw, weight_shape, weight_dtype), gb, None, None, None, None, None
         if need_x or need_b:
-            if w.dtype != x.dtype:  # not from this forward (it casts); kept for safety
-                w = w.to(x.dtype)
+            # w is the weight as the forward used it (cast to x's dtype there): no cast here.
             gx, _, gb = _aten_convolution_backward(
                 grad, x, w, [weight_shape[0]] if need_b else None, stride, padding, dilation, False,
                 [0] * (x.dim() - 2), groups, [need_x, False, need_b],
@@ -673,7 +719,7 @@ class _EagerConv(torch.autograd.Function):
                 gw = torch.ops.skwgrad.conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups,
                                                         weight_dtype, name)  # fmt: skip
             else:
-                gw = _wgrad(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype, name)
+                gw = _wgrad(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype, name, prepared)
         return gx, gw, gb, None, None, None, None, None
 
 
