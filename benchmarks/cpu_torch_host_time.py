@@ -75,8 +75,9 @@ def main():
                         "extra_us_per_conv": round((p_us - n_us) / a.layers, 1),
                         "native_us_per_conv": round(n_us / a.layers, 1),
                         "patched_us_per_conv": round(p_us / a.layers, 1)}  # fmt: skip
-            print(f"{tag:14s} native {n_us:8.1f} us/step  patched {p_us:8.1f} us/step  "
-                  f"extra {(p_us - n_us) / a.layers:6.1f} us per conv (fwd+bwd), {a.layers} convs", flush=True)  # fmt: skip
+            print(f"{tag:14s} native {n_us:8.1f} us/step  patched {p_us:8.1f} us/step"
+                  f"  extra {(p_us - n_us) / a.layers:6.1f} us per conv (fwd+bwd), {a.layers} convs",
+                  flush=True)  # fmt: skip
     s = st.stats()
     res["stats"] = {"skwgrad": s["skwgrad"], "native": s["native"], "reasons": s["reasons"]}
     if a.json:

@@ -14,7 +14,10 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 import skwgrad.torch as st  # noqa: E402
 from skwgrad.torch import _ops  # noqa: E402
 
-from test_torch_op import PATCHED_2D, MiniNet, _assert_identical, _pair, _step  # noqa: E402
+from skwgrad.launcher.select import NoKernelError  # noqa: E402
+from test_torch_op import (  # noqa: E402,F401  (fake_gpu: the fixture)
+    PATCHED_2D, FakeLauncher, MiniNet, _assert_identical, _pair, _step, fake_gpu,
+)  # fmt: skip
 
 CL = torch.channels_last
 
@@ -157,3 +160,32 @@ def test_make_fx_and_fake_tensors_take_the_op():
         y = st.conv2d(fx, fw, None, padding=1)
     assert tuple(y.shape) == (1, 4, 6, 6)
     assert not _ops._eager(fx, fw, None) and _ops._eager(x, w, b)
+
+
+def test_eager_fallbacks_are_decided_and_counted_as_the_op_does(fake_gpu):
+    """Stand-in GPU whose launcher has no kernel: the first step tries skwgrad for every layer and
+    falls back (sticky no_kernel), the second goes native at once (one convolution_backward per
+    layer) without asking the launcher; skwgrad off counts 'disabled'. Gradients stay PyTorch's."""
+    fl = fake_gpu(FakeLauncher(raises=NoKernelError("no cached kernel fits; build one with: skwgrad compile-all ...")))
+    ref, model = _pair(MiniNet, channels_last=True)
+    st.patch(model)
+    x = torch.randn(2, 3, 32, 32).contiguous(memory_format=CL)
+    n = len(PATCHED_2D)
+    _assert_identical(_step(model, x), _step(ref, x))
+    assert len(fl.calls) == n and st.stats()["reasons"] == {"no_kernel": n}
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        _assert_identical(_step(model, x), _step(ref, x))
+    assert len(fl.calls) == n  # sticky: not asked again
+    s = st.stats()
+    assert s["native"] == 2 * n and s["skwgrad"] == 0 and s["reasons"] == {"no_kernel": 2 * n}
+    assert all(e["native"] == 2 for e in s["layers"].values())
+    # Both models' backwards: one convolution_backward per conv layer each (the ref's are native).
+    assert sum(e.name == "aten::convolution_backward" for e in prof.events()) == 2 * (n + 1)  # + reflect
+    st.clear_decisions()
+    with st.enabled(False):
+        _assert_identical(_step(model, x), _step(ref, x))
+    assert len(fl.calls) == n and st.stats()["reasons"] == {"no_kernel": 2 * n, "disabled": n}
+    with pytest.raises(AssertionError):  # the control: the stand-in's dW would differ if it ran
+        fake_gpu(FakeLauncher(wrong=True))
+        _assert_identical(_step(model, x), _step(ref, x))
+    st.clear_decisions()

@@ -733,14 +733,36 @@ def _autocast_dtype(x: Tensor):
     return None
 
 
+_CONV_ARGS: dict = {}
+
+
+def _conv_args(sd, stride, padding, dilation, ksize) -> tuple:
+    """[stride], [padding] (None: asymmetric 'same'), [dilation], one value per spatial dim;
+    memoised in eager mode (the lists are shared: callers do not change them)."""
+    key = None
+    if not torch.compiler.is_compiling():
+        key = (sd, stride, padding, dilation, tuple(ksize))
+        try:
+            got = _CONV_ARGS.get(key)
+        except TypeError:  # a list argument (torch.nn.functional takes those too)
+            key = got = None
+        if got is not None:
+            return got
+    stride, dilation = _tup(stride, sd, "stride"), _tup(dilation, sd, "dilation")
+    got = (stride, _resolve_padding(padding, ksize, dilation, sd), dilation)
+    if key is not None:
+        with _lock:
+            _CONV_ARGS[key] = got
+    return got
+
+
 def _conv(sd, input, weight, bias, stride, padding, dilation, groups, name):
     native = torch.nn.functional.conv3d if sd == 3 else torch.nn.functional.conv2d
     if input.dim() == sd + 1:  # unbatched, as torch.nn.functional allows
         return _conv(sd, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, name).squeeze(0)
     if input.dim() != sd + 2 or weight.dim() != sd + 2:
         return native(input, weight, bias, stride, padding, dilation, groups)  # PyTorch's own error message
-    stride, dilation = _tup(stride, sd, "stride"), _tup(dilation, sd, "dilation")
-    pad = _resolve_padding(padding, weight.shape[2:], dilation, sd)
+    stride, pad, dilation = _conv_args(sd, stride, padding, dilation, weight.shape[2:])
     amp = _autocast_dtype(input)
     if amp is not None:
         if input.dtype != amp:
