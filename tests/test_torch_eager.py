@@ -189,3 +189,33 @@ def test_eager_fallbacks_are_decided_and_counted_as_the_op_does(fake_gpu):
         fake_gpu(FakeLauncher(wrong=True))
         _assert_identical(_step(model, x), _step(ref, x))
     st.clear_decisions()
+
+
+def test_compiled_autograd_of_an_eager_forward_traces_the_op():
+    """Eager forward, backward under compiled autograd (dynamo traces the autograd graph, our
+    Function's backward included): dW goes through skwgrad::conv_weight_grad, not _wgrad's
+    Python (which dynamo cannot trace), and the gradients are PyTorch's."""
+    compiled_autograd = pytest.importorskip("torch._dynamo.compiled_autograd")
+    if not hasattr(compiled_autograd, "_enable"):
+        pytest.skip("this torch has no compiled_autograd._enable")
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, stride=2, padding=1))
+    model = copy.deepcopy(ref)
+    st.patch(model)
+    x = torch.randn(2, 3, 8, 8)
+
+    def run(m):
+        m.zero_grad(set_to_none=True)
+        y = m(x)
+        with compiled_autograd._enable(torch.compile(backend="aot_eager", fullgraph=True)):
+            y.square().sum().backward()
+        return [p.grad for p in m.parameters()]
+
+    torch._dynamo.reset()
+    try:
+        got, want = run(model), run(ref)
+        assert all(torch.equal(a, b) and a.abs().max() > 0 for a, b in zip(got, want))
+        run(model)
+        assert st.stats()["native"] == 4 and st.stats()["reasons"] == {"device": 4}
+    finally:
+        torch._dynamo.reset()

@@ -692,7 +692,9 @@ class _EagerConv(torch.autograd.Function):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         gx = gw = gb = None
         prepared = None
-        if need_w and not torch.is_grad_enabled():
+        # create_graph=True, or a traced backward (compiled autograd): dW through the op.
+        traced = torch.is_grad_enabled() or not _eager(x, grad, None)
+        if need_w and not traced:
             prepared = _prepare(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype)
             reason = prepared[-1]
             if reason is not None:
@@ -715,7 +717,7 @@ class _EagerConv(torch.autograd.Function):
             if gb is not None and gb.dtype != ctx.bias_dtype:
                 gb = gb.to(ctx.bias_dtype)
         if need_w:
-            if torch.is_grad_enabled():  # create_graph=True: the op, as on the traced path
+            if traced:
                 gw = torch.ops.skwgrad.conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups,
                                                         weight_dtype, name)  # fmt: skip
             else:
