@@ -12,10 +12,17 @@ Two custom ops, both opaque to torch.compile (no graph break) and traced through
   convolution (``aten.convolution``), with an autograd formula whose backward computes dX and
   the bias gradient with PyTorch and dW with ``conv_weight_grad``.
 
+``conv2d``/``conv3d`` and patched modules call ``skwgrad::conv`` only while traced (torch.compile,
+export, make_fx, FakeTensor, functorch transforms, jit tracing). In plain eager mode they run the
+same computation as an ``autograd.Function`` (``_EagerConv``) that calls ``aten.convolution`` and,
+in its backward, ``aten.convolution_backward`` and ``conv_weight_grad``'s Python directly: the
+custom-op dispatch costs hundreds of microseconds of host time per layer, enough to make a GPU
+backward host-bound.
+
 Which path each call took is counted per problem and per layer (``stats()``) and logged once per
 (problem, layer, path, reason) on the ``skwgrad.torch`` logger at DEBUG (WARNING for a damaged
-cache entry or a failed check). Counters count the op's executions: under CUDA-graph replay the
-op's Python does not run, so only the warm-up and capture runs are counted.
+cache entry or a failed check). Counters count the weight gradients computed (eager calls and
+compiled-graph executions of the op): under CUDA-graph replay the op's Python does not run, so only the warm-up and capture runs are counted.
 """
 
 import csv
@@ -229,6 +236,20 @@ def _cl_format(sd: int):
 
 def _cl_strides(shape) -> tuple:
     """The strides ``torch.empty(shape, memory_format=channels_last[_3d])`` gives."""
+    shape = tuple(shape)
+    try:
+        got = _CL_STRIDES.get(shape)
+    except TypeError:  # symbolic sizes are not hashable
+        return _cl_strides_of(shape)
+    if got is None:
+        got = _CL_STRIDES[shape] = _cl_strides_of(shape)
+    return got
+
+
+_CL_STRIDES: dict = {}
+
+
+def _cl_strides_of(shape) -> tuple:
     k, c, *sp = shape
     strides = [0] * len(shape)
     acc = 1
@@ -410,7 +431,7 @@ def _native_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dty
     # activations' format, as the weight of a channels-last model is channels-last too.
     fmt = _cl_format(sd) if (_is_cl(x) or _is_cl(dy)) else torch.contiguous_format
     w = torch.empty(weight_shape, dtype=x.dtype, device=x.device, memory_format=fmt)
-    dw = torch.ops.aten.convolution_backward(
+    dw = torch.ops.aten.convolution_backward.default(
         dy, x, w, None, stride, padding, dilation, False, [0] * sd, groups, [False, True, False]
     )[1]
     return _as_cl(dw, weight_shape, dw_dtype)
@@ -475,15 +496,26 @@ def _recheck_tuned(d, x, weight_shape, stride, padding, dilation, groups, precis
         pass  # the launch just worked: an unreadable record leaves the decision as it is
 
 
-def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, name) -> Tensor:
+def _prepare(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype) -> tuple:
+    """The settings and the memoised decision of one weight gradient: (weight_shape, stride,
+    padding, dilation, dw_dtype, deterministic, precision, key, decision, native reason known
+    before trying skwgrad or None)."""
     weight_shape, stride, padding, dilation = list(weight_shape), list(stride), list(padding), list(dilation)
     dw_dtype = dw_dtype if dw_dtype is not None else x.dtype
     deterministic = torch.are_deterministic_algorithms_enabled()
     precision = _fp32_precision() if x.dtype == torch.float32 else ""
     key, d = _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision)
-    desc, problem, reason, compute = d[:4]
+    reason = d[2]
     if reason is None and not _cfg.enabled:
         reason = "disabled"
+    return weight_shape, stride, padding, dilation, dw_dtype, deterministic, precision, key, d, reason
+
+
+def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, name, prepared=None) -> Tensor:
+    if prepared is None:
+        prepared = _prepare(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype)
+    weight_shape, stride, padding, dilation, dw_dtype, deterministic, precision, key, d, reason = prepared
+    desc, problem, _, compute = d[:4]
     detail = ""
     if reason is None:
         args = (x, dy, weight_shape, stride, padding, dilation, groups)
@@ -604,6 +636,96 @@ _conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 
 
 # ---------------------------------------------------------------------------------------------
+# The eager path: the same computation without the custom-op dispatcher
+# ---------------------------------------------------------------------------------------------
+# A custom op's eager call (schema parsing of the arguments, the Python autograd kernel it
+# generates, the nested conv_weight_grad call in the backward) costs some hundred microseconds of
+# host time per convolution, enough to make a GPU backward host-bound. Outside tracing the
+# patched convolution is this autograd.Function instead: the forward is aten.convolution, the
+# backward computes dX/dbias with one aten.convolution_backward and dW with _wgrad, the Python
+# behind skwgrad::conv_weight_grad (same decisions, fallbacks, counters, deterministic handling,
+# dtypes and streams). Tracing (torch.compile, export, make_fx, FakeTensor, functorch, jit) keeps
+# the custom ops: they are what a graph records, and a compiled graph pays no such cost.
+_PLAIN_TYPES = (Tensor, nn.Parameter)
+
+
+def _eager(x, weight, bias) -> bool:
+    """Whether this call runs eagerly on plain tensors (not traced), so _EagerConv may run it.
+    is_compiling() comes first: under dynamo it is a constant and the rest is never traced."""
+    if torch.compiler.is_compiling():
+        return False
+    if type(x) not in _PLAIN_TYPES or type(weight) not in _PLAIN_TYPES:
+        return False
+    if bias is not None and type(bias) not in _PLAIN_TYPES:
+        return False
+    if x.device.type == "meta" or torch._C._len_torch_dispatch_stack():  # FakeTensor/proxy/functional modes
+        return False
+    if torch.jit.is_tracing() or torch._C._are_functorch_transforms_active():
+        return False
+    return True
+
+
+_aten_convolution = torch.ops.aten.convolution.default
+_aten_convolution_backward = torch.ops.aten.convolution_backward.default
+
+
+class _EagerConv(torch.autograd.Function):
+    """skwgrad::conv with its autograd formula, as a plain autograd.Function. Under autocast the
+    forward casts the weight (and bias) to x's dtype once and saves the cast weight for the dX of
+    the backward, as autocast's own convolution does, instead of casting it again there."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, stride, padding, dilation, groups, name):
+        w, b = _params_like(x, weight, bias)
+        y = _aten_convolution(x, w, b, stride, padding, dilation, False, [0] * (x.dim() - 2), groups)
+        ctx.save_for_backward(x, w)
+        ctx.conv = (stride, padding, dilation, groups, name)
+        ctx.weight_meta = (list(weight.shape), weight.dtype)
+        ctx.bias_dtype = bias.dtype if bias is not None else None
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        stride, padding, dilation, groups, name = ctx.conv
+        weight_shape, weight_dtype = ctx.weight_meta
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        gx = gw = gb = None
+        prepared = None
+        # create_graph=True, or a traced backward (compiled autograd): dW through the op.
+        traced = torch.is_grad_enabled() or not _eager(x, grad, None)
+        if need_w and not traced:
+            prepared = _prepare(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype)
+            reason = prepared[-1]
+            if reason is not None:
+                # dW is PyTorch's (known before any launch): one convolution_backward for all three
+                # gradients, as PyTorch's own convolution does; counted as _wgrad counts it.
+                _count(prepared[8][0], name, "native", reason)
+                gx, gw, gb = _aten_convolution_backward(
+                    grad, x, w, [weight_shape[0]] if need_b else None, stride, padding, dilation, False,
+                    [0] * (x.dim() - 2), groups, [need_x, True, need_b],
+                )  # fmt: skip
+                if gb is not None and gb.dtype != ctx.bias_dtype:
+                    gb = gb.to(ctx.bias_dtype)
+                return gx, _as_cl(gw, weight_shape, weight_dtype), gb, None, None, None, None, None
+        if need_x or need_b:
+            # w is the weight as the forward used it (cast to x's dtype there): no cast here.
+            gx, _, gb = _aten_convolution_backward(
+                grad, x, w, [weight_shape[0]] if need_b else None, stride, padding, dilation, False,
+                [0] * (x.dim() - 2), groups, [need_x, False, need_b],
+            )  # fmt: skip
+            if gb is not None and gb.dtype != ctx.bias_dtype:
+                gb = gb.to(ctx.bias_dtype)
+        if need_w:
+            if traced:
+                gw = torch.ops.skwgrad.conv_weight_grad(x, grad, weight_shape, stride, padding, dilation, groups,
+                                                        weight_dtype, name)  # fmt: skip
+            else:
+                gw = _wgrad(x, grad, weight_shape, stride, padding, dilation, groups, weight_dtype, name, prepared)
+        return gx, gw, gb, None, None, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
 # torch.nn.functional-compatible convolutions
 # ---------------------------------------------------------------------------------------------
 def _autocast_dtype(x: Tensor):
@@ -613,21 +735,46 @@ def _autocast_dtype(x: Tensor):
     return None
 
 
+_CONV_ARGS: dict = {}
+
+
+def _conv_args(sd, stride, padding, dilation, ksize) -> tuple:
+    """[stride], [padding] (None: asymmetric 'same'), [dilation], one value per spatial dim;
+    memoised in eager mode (the lists are shared: callers do not change them)."""
+    key = None
+    if not torch.compiler.is_compiling():
+        key = (sd, stride, padding, dilation, tuple(ksize))
+        try:
+            got = _CONV_ARGS.get(key)
+        except TypeError:  # a list argument (torch.nn.functional takes those too)
+            key = got = None
+        if got is not None:
+            return got
+    stride, dilation = _tup(stride, sd, "stride"), _tup(dilation, sd, "dilation")
+    got = (stride, _resolve_padding(padding, ksize, dilation, sd), dilation)
+    if key is not None:
+        with _lock:
+            _CONV_ARGS[key] = got
+    return got
+
+
 def _conv(sd, input, weight, bias, stride, padding, dilation, groups, name):
     native = torch.nn.functional.conv3d if sd == 3 else torch.nn.functional.conv2d
     if input.dim() == sd + 1:  # unbatched, as torch.nn.functional allows
         return _conv(sd, input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, name).squeeze(0)
     if input.dim() != sd + 2 or weight.dim() != sd + 2:
         return native(input, weight, bias, stride, padding, dilation, groups)  # PyTorch's own error message
-    stride, dilation = _tup(stride, sd, "stride"), _tup(dilation, sd, "dilation")
-    pad = _resolve_padding(padding, weight.shape[2:], dilation, sd)
+    stride, pad, dilation = _conv_args(sd, stride, padding, dilation, weight.shape[2:])
     amp = _autocast_dtype(input)
     if amp is not None:
-        input = input.to(amp)
+        if input.dtype != amp:
+            input = input.to(amp)
     elif input.dtype != weight.dtype or (bias is not None and bias.dtype != input.dtype):
         pad = None  # mixed dtypes outside autocast: PyTorch's error (or its behaviour)
     if pad is None:  # asymmetric 'same' padding: the whole convolution stays PyTorch's
         return native(input, weight, bias, stride, padding, dilation, groups)
+    if _eager(input, weight, bias):
+        return _EagerConv.apply(input, weight, bias, stride, pad, dilation, int(groups), name)
     return torch.ops.skwgrad.conv(input, weight, bias, stride, pad, dilation, int(groups), name)
 
 
