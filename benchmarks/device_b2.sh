@@ -11,7 +11,7 @@ for part in "$@"; do
   case $part in
   torch)
     python3 -m skwgrad cache import .device/b.tar.xz --cache /tmp/kc | tail -1
-    SKWGRAD_CACHE=/tmp/kc timeout 260 python3 benchmarks/gpu_torch_model.py --out $R/torch_model.json --budget-s 200 > $R/torch_model.log 2>&1
+    SKWGRAD_CACHE=/tmp/kc timeout 330 python3 benchmarks/gpu_torch_model.py --out $R/torch_model.json --budget-s 275 > $R/torch_model.log 2>&1
     echo "torch rc=$?"; tail -40 $R/torch_model.log ;;
   mainloop)
     timeout 170 python3 benchmarks/mainloop/run.py --out $R/mainloop.json > $R/mainloop.log 2>&1
