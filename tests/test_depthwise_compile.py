@@ -142,7 +142,10 @@ def test_smoke_holds_every_variant_3d_and_vec1():
     assert any(s.spatial_dims == 3 for s in ss) and any(s.vec_c == 1 for s in ss)
     dflt = dwconv_specs("default", "sm_90", "bf16")
     # the pruned default: widths {1, W}, direct plus one split epilogue per dW dtype; two_stage in broad
-    assert {s.bn for s in dflt} == {16, 32, 64} and {s.vec_c for s in dflt} == {1, 8}
+    gather = [s for s in dflt if not s.mode.startswith("win")]
+    assert {s.bn for s in gather} == {16, 32, 64} and {s.vec_c for s in dflt} == {1, 8}
+    win = [s for s in dflt if s.mode.startswith("win")]  # the window kernels: the filter width, at W
+    assert {s.bn for s in win} == {3, 5, 7} and {s.vec_c for s in win} == {8}
     assert {(s.variant, s.dw_dtype) for s in dflt} == {("direct", "bf16"), ("workspace", "bf16"), ("direct", "fp32"), ("atomic", "fp32")}
     broad = dwconv_specs("broad", "sm_90", "bf16")
     assert {s.vec_c for s in broad} == {1, 4, 8} and {(s.variant, s.dw_dtype) for s in broad} == {
