@@ -673,6 +673,11 @@ def _dwconv_spec(variant, dtype, dw, taps, cfg, *, dims=2, vec=1, mode=""):
     )  # fmt: skip
 
 
+def _dwconv_split(dtype: str, dw: str) -> str:
+    """The default's split epilogue: workspace for dW in the input dtype, atomic for fp32 dW."""
+    return "workspace" if dw == dtype != "fp32" else "atomic"
+
+
 def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
     """The dwconv kernels of a preset for one arch and dtype (the same for every arch today)."""
     if tiles:
@@ -692,7 +697,7 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
         # atomic for fp32 dW). two_stage (deterministic) and W/2 stay in broad/full.
         shapes = [(2, vec, t) for vec in (1, W) for t in DWCONV_CONFIGS] + [(3, W, 32)]
         for dw, (dims, vec, taps) in itertools.product(dw_dtypes(dtype), shapes):
-            split = "workspace" if dw == dtype != "fp32" else "atomic"
+            split = _dwconv_split(dtype, dw)
             if vec == W and dims == 2:  # the measured configuration; vec 1 (any G) keeps the plain one
                 bc, br, warps, mode = DWCONV_DEFAULT[taps]
                 cfg, kw = (bc, br, warps), {"mode": mode}
@@ -700,10 +705,8 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
                 cfg, kw = DWCONV_CONFIGS[taps], {}
             for variant in ("direct", split):
                 out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec, **kw))
-        for dw in dw_dtypes(dtype):  # the window kernels, where stride and dilation along W are 1
-            split = "workspace" if dw == dtype != "fp32" else "atomic"
-            out += dwconv_window_specs(arch, dtype, dw, ("direct", split), dims=2)
-            out += dwconv_window_specs(arch, dtype, dw, ("direct", split), dims=3)
+        for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):  # window kernels: stride/dilation 1 along W
+            out += dwconv_window_specs(arch, dtype, dw, ("direct", _dwconv_split(dtype, dw)), dims=dims)
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):

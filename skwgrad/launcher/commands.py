@@ -54,6 +54,25 @@ def _git_commit() -> str:
         return ""
 
 
+def _run_header(backend, cache) -> dict:
+    """The fields every GPU run's JSON document starts with: when, on what, from which cache."""
+    from skwgrad import __version__
+
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
+        "backend": backend.name, "skwgrad": __version__, "commit": _git_commit(), "cache": str(getattr(cache, "path", "")),
+    }  # fmt: skip
+
+
+def _check_out(out_path) -> None:
+    """``--out FILE``: refused before any device work when its folder cannot be written."""
+    if out_path:
+        parent = Path(out_path).expanduser().resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise click.BadParameter(f"{out_path}: {parent} is not a writable directory", param_hint="--out")
+
+
 def _fmt(row: dict) -> dict:
     r = dict(row)
     r["mode_reduction"] = f"{row.get('mode', '')}/{row.get('reduction', '')}" if row.get("kernel") else ""
@@ -215,7 +234,6 @@ def run_from_cache(problem_texts, corpus, arches, streamk, reductions, streamk_c
 
     Exit codes: 0 every row ok, 1 a row failed (wrong result, no cached kernel), 2 usage,
     3 environment (no GPU, an unusable cache)."""
-    from skwgrad import __version__
     from skwgrad.errors import ProblemError
     from skwgrad.launcher.api import open_cache
     from skwgrad.launcher.backends import get_backend
@@ -232,10 +250,7 @@ def run_from_cache(problem_texts, corpus, arches, streamk, reductions, streamk_c
     if "auto" in arches and len(arches) > 1:
         raise click.BadParameter("auto cannot be combined with named arches", param_hint="--arch")
     problems = _problems(problem_texts, corpus, precision)
-    if out_path:
-        parent = Path(out_path).expanduser().resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise click.BadParameter(f"{out_path}: {parent} is not a writable directory", param_hint="--out")
+    _check_out(out_path)
     backend = get_backend()
     if arches and "auto" not in arches and backend.arch not in arches:
         raise ProblemError(
@@ -251,10 +266,7 @@ def run_from_cache(problem_texts, corpus, arches, streamk, reductions, streamk_c
         warmup=warmup, iters=iters, echo=lambda m: click.echo(clikit.escape(m), err=True), tune=tune,
     )  # fmt: skip
     doc = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
-        "backend": backend.name, "skwgrad": __version__, "commit": _git_commit(),
-        "cache": str(getattr(cache, "path", "")), "seed": seed, "iters": iters, "warmup": warmup,
+        **_run_header(backend, cache), "seed": seed, "iters": iters, "warmup": warmup,
         "verify": verify, "bench": bench, "baseline": baseline, "ok": bool(ok), "rows": rows,
     }  # fmt: skip
     if out_path:
@@ -290,7 +302,6 @@ def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dr
     every problem (also ones never timed) by the fitted model. `cache export` carries both.
 
     Exit codes: 0 done, 1 nothing could be timed, 2 usage, 3 environment (no GPU, unusable cache)."""
-    from skwgrad import __version__
     from skwgrad.launcher.api import open_cache
     from skwgrad.launcher.backends import get_backend
     from skwgrad.launcher.select import calibrate
@@ -300,6 +311,7 @@ def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dr
     problems = _problems(problem_texts, None)
     for c in corpora:
         problems += _problems((), c)
+    _check_out(out_path)
     backend = get_backend()
     cache = open_cache(cache_dir)
     names = {}
@@ -325,10 +337,7 @@ def calibrate_command(problem_texts, corpora, cache_dir, warmup, iters, seed, dr
         sys.exit(EXIT_CHECK_FAILED)
     model = got["model"]
     doc = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": backend.device_name, "arch": backend.arch, "compute_units": backend.compute_units,
-        "skwgrad": __version__, "commit": _git_commit(), "cache": str(getattr(cache, "path", "")),
-        "stored": not dry_run, "tuned_stored": not (dry_run or model_only), "model": json.loads(model.to_json()), "samples": got["samples"],
+        **_run_header(backend, cache), "stored": not dry_run, "tuned_stored": not (dry_run or model_only), "model": json.loads(model.to_json()), "samples": got["samples"],
         "problems": [{"name": names.get(r["problem"], ""), **r} for r in got["problems"]], "rows": timed_rows,
     }  # fmt: skip
     if out_path:

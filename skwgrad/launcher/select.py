@@ -215,6 +215,11 @@ def _occ(occupancy, k: Kernel, arch: str) -> int:
     return offline_occupancy(k.metadata, arch)
 
 
+def _two_stage_cap(problem: ConvProblem) -> int:
+    """Most split-K replicas a two-stage launch can address: f32 replicas of dW under i32 offsets."""
+    return (I32_MAX - 255) // (4 * problem.dw_numel)
+
+
 def _family_ks(problem: ConvProblem, s, cus: int) -> int:
     """The split-K degree rule of the depthwise and packed-group families (``skwgrad.abi.launch``)."""
     if s.family == "dwconv":
@@ -229,7 +234,7 @@ def _special_ks(problem: ConvProblem, k: Kernel, cus: int) -> int:
     if s.variant == "direct":
         return 1
     if s.variant == "two_stage":
-        ks = max(1, min(ks, (I32_MAX - 255) // (4 * problem.dw_numel)))
+        ks = max(1, min(ks, _two_stage_cap(problem)))
     return ks
 
 
@@ -247,7 +252,7 @@ def _splitk_degrees(problem: ConvProblem, k: Kernel, cus: int, o: LaunchOptions)
         return [1]
     top = t.iters_per_tile
     if s.variant == "two_stage":
-        top = min(top, (I32_MAX - 255) // (4 * problem.dw_numel))
+        top = min(top, _two_stage_cap(problem))
     out = sorted({max(2, min(math.ceil(m * cus / t.num_tiles), top)) for m in SPLITK_CTAS_PER_CU})
     return [n for n in out if 2 <= n <= top]
 
@@ -469,7 +474,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
                 continue
             kn = 1 if variant == "direct" else max(n, 1)
             if variant == "two_stage":
-                kn = max(1, min(kn, (I32_MAX - 255) // (4 * problem.dw_numel)))
+                kn = max(1, min(kn, _two_stage_cap(problem)))
             return Choice(k, ks_count=kn, stage2=stage2 if variant in ("two_stage", "workspace") else None,
                           reason=f"{family} ks_count={kn}")  # fmt: skip
     return None
