@@ -118,7 +118,7 @@ def window_build_specs() -> list[KernelSpec]:
     ``win<BW>[r<TR>]``) at every epilogue, beside the current default's kernels (the
     ``sweep.DWCONV_DEFAULT`` taps-layout configurations and what ``auto`` picks from the default
     sweep), the default's grouped picks and the Stage-2 reduces: new vs current vs cuDNN."""
-    from skwgrad.aot.sweep import DWCONV_DEFAULT, dwconv_specs, dwconv_window_specs, grouped_specs
+    from skwgrad.aot.sweep import DWCONV_DEFAULT, dwconv_window_specs
 
     out = set()
     for dt in ("bf16", "fp16", "fp32"):
@@ -129,11 +129,19 @@ def window_build_specs() -> list[KernelSpec]:
         for taps, (bc, br, warps, mode) in DWCONV_DEFAULT.items():  # the current default, measured
             split = "atomic" if dt == "fp32" else "workspace"
             out.add(_spec(split, dt, "fp32" if dt == "fp32" else dt, taps, (bc, br, warps), vec=WIDEST[dt], mode=mode))
+    return _with_default_picks(out, keep=lambda s: (s.family == "dwconv" and s.mode == "taps") or s.family == "grouped")
+
+
+def _with_default_picks(out: set, keep=lambda s: False) -> list:
+    """``out`` plus the default preset's kernels ``keep`` selects, what the proposed ``auto`` picks
+    from the default for each row (deterministic too, for depthwise), and the Stage-2 reduces."""
+    from skwgrad.aot.sweep import dwconv_specs, grouped_specs
+
     default = set()
     for dt in ("bf16", "fp16", "fp32"):
         default.update(dwconv_specs("default", "sm_90", dt))
         default.update(grouped_specs("default", "sm_90", dt))
-    out.update(s for s in default if (s.family == "dwconv" and s.mode == "taps") or s.family == "grouped")
+    out.update(s for s in default if keep(s))
     for _, text in SHAPES:
         p = parse_problem(text)
         if (p.c, p.k) == (1, 1):
@@ -149,7 +157,6 @@ def window_build_specs() -> list[KernelSpec]:
 def build_specs() -> list[KernelSpec]:
     """``--set tune``: the tuning candidates below, plus what the proposed ``auto`` picks for each
     row out of the default sweep (so the auto rows time the very kernels a default cache would hold)."""
-    from skwgrad.aot.sweep import dwconv_specs, grouped_specs
 
     out = set()
     for dt in ("bf16", "fp16", "fp32"):
@@ -185,20 +192,7 @@ def build_specs() -> list[KernelSpec]:
         for gb, (bm, bn, bk, w, st) in tune:
             out.add(KernelSpec("grouped", variant, dt, dw, spatial_dims=dims, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, block=gb,
                                num_warps=w, num_stages=st))  # fmt: skip
-    default = set()
-    for dt in ("bf16", "fp16", "fp32"):
-        default.update(dwconv_specs("default", "sm_90", dt))
-        default.update(grouped_specs("default", "sm_90", dt))
-    for _, text in SHAPES:
-        p = parse_problem(text)
-        if (p.c, p.k) == (1, 1):
-            picks = [auto_choice(p, default, 132), auto_choice(p, default, 132, deterministic=True)]
-        else:
-            picks = [auto_grouped(p, default, 132)]
-        out.update(pick[0] for pick in picks if pick)
-    for dt in ("bf16", "fp16", "fp32"):
-        out.add(KernelSpec("stage2", "reduce", dt, dt, block=STAGE2_BLOCK, num_warps=4))
-    return sorted(out)
+    return _with_default_picks(out)
 
 
 def cmd_build(a):

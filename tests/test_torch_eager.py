@@ -15,20 +15,11 @@ import skwgrad.torch as st  # noqa: E402
 from skwgrad.torch import _ops  # noqa: E402
 
 from skwgrad.launcher.select import NoKernelError  # noqa: E402
-from test_torch_op import (  # noqa: E402,F401  (fake_gpu: the fixture)
-    PATCHED_2D, FakeLauncher, MiniNet, _assert_identical, _pair, _step, fake_gpu,
+from test_torch_op import (  # noqa: E402,F401  (fake_gpu, _fresh: the fixtures; _fresh is autouse)
+    PATCHED_2D, FakeLauncher, MiniNet, _assert_identical, _fresh, _pair, _step, fake_gpu,
 )  # fmt: skip
 
 CL = torch.channels_last
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    st.reset_stats()
-    st.clear_decisions()
-    yield
-    st.reset_stats()
-    st.clear_decisions()
 
 
 @pytest.fixture
