@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# H200 session 3 (2026-12-01), from the repo root; every output under one tar in $OUT (the device
+# returns few files). Parts, in the order given:
+#   presets CACHE.tar.xz        every cached candidate timed per corpus row (benchmarks/compare_presets.py):
+#                               the pruned default is judged against broad on those timings, here and later
+#   calib CACHE.tar.xz CSV...   every candidate of each CSV's problems timed (calibrate --dry-run), with
+#                               auto (run-from-cache, no tuned records, cuDNN beside) on the same cache
+#   dw DIR                      benchmarks/gpu_depthwise.py on the kernels exported under DIR (dws2.tar.xz)
+# Carried: .whl and the named exports.
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+R=/tmp/rc; mkdir -p $R
+git log -1 --format=%H > $R/commit 2>/dev/null
+t0=$(date +%s)
+while [ $# -gt 0 ]; do
+  part=$1; shift
+  case $part in
+  presets)
+    c=$1; shift
+    python3 -m skwgrad cache import "$c" --cache /tmp/pc | tail -1
+    timeout 300 python3 benchmarks/compare_presets.py --cache /tmp/pc --out $R/compare_presets.json > $R/compare_presets.log 2>&1
+    echo "presets rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/compare_presets.log ;;
+  calib)
+    c=$1; shift
+    rm -rf /tmp/cc; python3 -m skwgrad cache import "$c" --cache /tmp/cc | tail -1
+    while [ $# -gt 0 ] && [[ $1 == *.csv ]]; do
+      n=$(basename "$1" .csv)
+      timeout 150 python3 -m skwgrad run-from-cache --cache /tmp/cc --corpus "$1" --verify --bench --baseline cudnn --iters 30 \
+        --out $R/auto_$n.json > $R/auto_$n.log 2>&1; echo "auto $n rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/auto_$n.log
+      timeout 240 python3 -m skwgrad calibrate --cache /tmp/cc --dry-run --corpus "$1" --out $R/all_$n.json 2> $R/all_$n.log | tail -1
+      echo "all $n rc=$? $(( $(date +%s) - t0 )) s"
+      shift
+    done ;;
+  dw)
+    d=$1; shift
+    mkdir -p /tmp/dw && tar -C /tmp/dw -xJf "$d"/dws2.tar.xz
+    timeout 200 python3 benchmarks/gpu_depthwise.py run --kernels /tmp/dw --out $R/depthwise.json --budget-s 170 > $R/depthwise.log 2>&1
+    echo "dw rc=$? $(( $(date +%s) - t0 )) s"; tail -30 $R/depthwise.log ;;
+  *) echo "unknown part $part"; exit 2 ;;
+  esac
+done
+tar -C $R -cJf $OUT/c.tar.xz .
+echo "done $(( $(date +%s) - t0 )) s"

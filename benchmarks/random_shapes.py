@@ -1,0 +1,73 @@
+"""Draw dense convolution layers that are in no file of the project, as a corpus CSV.
+
+    python benchmarks/random_shapes.py --seed 20261201 --n 40 --out benchmarks/shapes/random_S.csv
+
+Layers are drawn the way CNN layers look (not uniformly): channel counts mostly multiples of 16
+with a few odd ones, resolution falling as channels grow, 1x1 / 3x3 and a few 5x5 / 7x7 filters,
+stride 2 now and then, batch 1-64, and the dtypes a user trains in (bf16 and fp16 under autocast
+with fp32 weights, bf16 weights, fp32 with TF32). Held-out evidence for selection: a fit that never
+saw these shapes is judged on them. The seed is written in the file name so a set can be redrawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+from pathlib import Path
+
+HEADER = ["name", "n", "in_channels", "out_channels", "groups", "d", "h", "w", "z", "y", "x",
+          "stride", "padding", "dilation", "dtype", "dw_dtype", "precision", "regime"]  # fmt: skip
+# (dtype, dW dtype, precision, weight)
+DTYPES = [("bf16", "fp32", "", 4), ("bf16", "bf16", "", 2), ("fp16", "fp32", "", 2), ("fp32", "fp32", "tf32", 1)]
+
+
+def draw(rng: random.Random) -> dict:
+    level = rng.randrange(5)  # the stage of the network: channels up, resolution down
+    base = (32, 64, 128, 256, 512)[level]
+    c = int(base * rng.choice((0.5, 0.75, 1, 1, 1.5, 2, 3)))
+    k = int(base * rng.choice((0.5, 1, 1, 2, 4)))
+    if rng.random() < 0.12:  # the odd channel counts of pruned or searched networks
+        c, k = c + rng.choice((-6, -4, 2, 4, 6, 10)), k + rng.choice((-6, 2, 4, 12))
+    h = (112, 56, 28, 14, 7)[level]
+    h = max(4, int(h * rng.choice((0.5, 1, 1, 1, 2))))
+    f = rng.choices((1, 3, 5, 7), weights=(4, 5, 1, 1))[0]
+    stride = 2 if rng.random() < 0.2 else 1
+    n = rng.choice((1, 4, 8, 16, 32, 32, 64))
+    dtype, dw, prec, _ = rng.choices(DTYPES, weights=[d[3] for d in DTYPES])[0]
+    return dict(n=n, in_channels=max(c, 1), out_channels=max(k, 1), groups=1, d=1, h=h, w=h, z=1, y=f, x=f,
+                stride=stride, padding=f // 2, dilation=1, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--max-gflop", type=float, default=200.0, help="redraw layers above this (keeps a run short)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from skwgrad.abi.conv import read_corpus
+
+    rng = random.Random(args.seed)
+    rows, seen = [], set()
+    while len(rows) < args.n:
+        r = draw(rng)
+        flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] * r["y"] * r["x"] * (r["h"] // r["stride"]) ** 2
+        key = tuple(r.values())
+        if flop / 1e9 > args.max_gflop or key in seen:
+            continue
+        seen.add(key)
+        name = f"rand{len(rows):02d}_{r['y']}x{r['x']}s{r['stride']}_{r['in_channels']}to{r['out_channels']}_{r['h']}_n{r['n']}_{r['dtype']}"
+        rows.append({"name": name, **r, "regime": "random"})
+    out = Path(args.out)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=HEADER)
+        w.writeheader()
+        w.writerows(rows)
+    print(f"{len(read_corpus(out))} shapes -> {out}")  # parsed back: the file is a valid corpus
+
+
+if __name__ == "__main__":
+    main()
