@@ -5,6 +5,7 @@
 #                               the pruned default is judged against broad on those timings, here and later
 #   calib CACHE.tar.xz CSV...   every candidate of each CSV's problems timed (calibrate --dry-run), with
 #                               auto (run-from-cache, no tuned records, cuDNN beside) on the same cache
+#   verify CACHE.tar.xz CSV     run-from-cache --verify on a corpus-built cache: a kernel for every row
 #   dw DIR                      benchmarks/gpu_depthwise.py on the kernels exported under DIR (dws2.tar.xz)
 # Carried: .whl and the named exports.
 set -uo pipefail
@@ -33,6 +34,10 @@ while [ $# -gt 0 ]; do
       echo "all $n rc=$? $(( $(date +%s) - t0 )) s"
       shift
     done ;;
+  verify)
+    c=$1; n=$(basename "$2" .csv); rm -rf /tmp/vc; python3 -m skwgrad cache import "$c" --cache /tmp/vc | tail -1
+    timeout 120 python3 -m skwgrad run-from-cache --cache /tmp/vc --corpus "$2" --verify --out $R/verify_$n.json > $R/verify_$n.log 2>&1
+    echo "verify $n rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/verify_$n.log; shift 2 ;;
   dw)
     d=$1; shift
     mkdir -p /tmp/dw && tar -C /tmp/dw -xJf "$d"/dws2.tar.xz
@@ -40,6 +45,6 @@ while [ $# -gt 0 ]; do
     echo "dw rc=$? $(( $(date +%s) - t0 )) s"; tail -30 $R/depthwise.log ;;
   *) echo "unknown part $part"; exit 2 ;;
   esac
+  tar -C $R -cJf $OUT/c.tar.xz .  # after every part: a later part's timeout loses nothing
 done
-tar -C $R -cJf $OUT/c.tar.xz .
 echo "done $(( $(date +%s) - t0 )) s"
