@@ -207,10 +207,27 @@ _SMOKE_TREE_TILE = Tile(32, 128, 32, 4, 2)  # the scalar dp_sk tree kernel follo
 # also at BM=BN=64; a minimal dW/precision set (``_default_dw_sets``) only on the larger tile.
 _DEFAULT_TILES = {2: (Tile(64, 128, 64, 4), Tile(128, 128, 64, 8)), 4: (Tile(64, 128, 32, 4), Tile(128, 128, 32, 8))}
 _FIRST_LAYER_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
+# Two more tiles at the widest vectors only, for the 2-D and pointwise kernels of the full sets
+# (every candidate of both presets timed on the H200 over the corpus, benchmarks/COMPILE.md "The
+# default after run C1"): 64x64 where a problem has few output tiles (more CTAs: 1x1 N=32, 3x3 64
+# channels N=256) and 128x256 where it has many and a long K per tile (3x3 320-640 channels). Both
+# fit every arch (gfx942 bf16 128x256x64: 48 KiB of LDS at two stages, 224 VGPRs, no spills).
+_SMALL_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
+_WIDE_TILE = {2: Tile(128, 256, 64, 8), 4: Tile(128, 256, 32, 8)}
 
 
 def _default_tiles(dtype: str) -> tuple[Tile, ...]:
     return _DEFAULT_TILES[DTYPE_BYTES[dtype]]
+
+
+def _default_extra_tiles(ctx: "FamilyContext", pointwise: bool) -> list[Tile]:
+    """The (W, W)-only tiles of a full set (none with --tiles): 64x64, and 128x256 for 2-D
+    non-pointwise kernels where it fits."""
+    if ctx.tiles:
+        return []
+    b, stages = DTYPE_BYTES[ctx.dtype], ARCHES[ctx.arch].default_stages
+    out = [_SMALL_TILE[b]] + ([] if pointwise else [_WIDE_TILE[b]])
+    return [Tile(t.bm, t.bn, t.bk, t.num_warps, stages) for t in out if _fits(ctx.arch, ctx.dtype, t.bm, t.bn, t.bk)]
 
 
 def _fits(arch: str, dtype: str, bm: int, bn: int, bk: int) -> bool:
@@ -369,6 +386,11 @@ def _streamk_specs(ctx: FamilyContext) -> list[KernelSpec]:
 _DEFAULT_GEOMETRIES = ((2, False), (2, True), (3, False))  # 3-D pointwise runs on the 3-D kernel
 _DEFAULT_SPLITK = ("direct", "two_stage")  # atomic: never chosen by tuning; broad/full keep it
 _DEFAULT_SK = ("linear", "workspace")  # atomic stream-K: never chosen by tuning; tree: never within 3% of the best
+# 3-D: every timed 3-D row (5 of the 100 timed on the H200) ran fastest on workspace stream-K, and
+# neither a direct split-K nor a linear stream-K kernel was needed for the best of any of the 100;
+# two-stage split-K stays as the 3-D fallback for channels stream-K cannot load.
+_DEFAULT_SPLITK_3D = ("two_stage",)
+_DEFAULT_SK_3D = ("workspace",)
 # dp_sk only: over 60 shapes timed on the H200 (run B1, every candidate of the search space), the
 # best without the persistent mode is 0.13% slower in geomean (worst row 2.7%); persistent kernels
 # are half of the stream-K kernels, the dearest to compile. The scalar (1,1) stream-K kernels are
@@ -376,12 +398,16 @@ _DEFAULT_SK = ("linear", "workspace")  # atomic stream-K: never chosen by tuning
 _DEFAULT_SK_MODES = ("dp_sk",)
 
 
-def _default_pairs(dtype: str, pointwise: bool) -> list[tuple[int, int]]:
+def _default_pairs(dtype: str, pointwise: bool, dims: int = 2) -> list[tuple[int, int]]:
     """(1,1), (1,W), (W,1), (W,W) and (W/2,W/2); pointwise addressing only at (W,W), (W/2,W/2)
-    (the pointwise rows all have aligned channels; unaligned 1x1 runs on the general kernel)."""
+    (the pointwise rows all have aligned channels; unaligned 1x1 runs on the general kernel);
+    3-D at (1,1), (1,W), (W,W) (every timed 3-D row ran fastest on stream-K at (W,W); the rest is
+    the fallback for any channel count and the one-channel input)."""
     W = widest_vec(dtype)
     if pointwise:
         return [(W, W), (W // 2, W // 2)]
+    if dims == 3:
+        return [(1, 1), (1, W), (W, W)]
     return [(1, 1), (1, W), (W, 1), (W, W), (W // 2, W // 2)]
 
 
@@ -411,15 +437,17 @@ def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
         if not full:  # minimal: the larger tile, (1,1) and (W,W)
             for t in (tiles if ctx.tiles else tiles[-1:]):
                 for dims, pw in _DEFAULT_GEOMETRIES:
-                    for variant in _DEFAULT_SPLITK:
+                    for variant in _DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D:
                         for vc, vk in ([(W, W)] if pw else [(1, 1), (W, W)]):
                             out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
             continue
-        for t in tiles:
-            for dims, pw in _DEFAULT_GEOMETRIES:
-                for variant in _DEFAULT_SPLITK:
-                    for vc, vk in _default_pairs(dtype, pw):
+        for dims, pw in _DEFAULT_GEOMETRIES:
+            for variant in _DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D:
+                for t in tiles:
+                    for vc, vk in _default_pairs(dtype, pw, dims):
                         out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
+                for t in _default_extra_tiles(ctx, pw) if dims == 2 else []:
+                    out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=W, vk=W))
         # first layer (C = 3): the (1, W) kernel also at BM = BN = 64 (K = 64, Ng = 7*7*3)
         for t in ([] if ctx.tiles else [_FIRST_LAYER_TILE[DTYPE_BYTES[dtype]]]):
             t = Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[ctx.arch].default_stages)
@@ -432,10 +460,13 @@ def _default_streamk(ctx: FamilyContext) -> list[KernelSpec]:
     dtype, W = ctx.dtype, widest_vec(ctx.dtype)
     out = []
     for prec, dw, full in _default_dw_sets(ctx):
-        for t in (ctx.configs if full or ctx.tiles else ctx.configs[-1:]):
-            for dims, pw in _DEFAULT_GEOMETRIES:
+        for dims, pw in _DEFAULT_GEOMETRIES:
+            # a minimal set's one stream-K kernel at both tiles (fp16 dW, 3x3 64 channels N=32:
+            # 47 us at 128x128, 34 at 64x128); a full set's also at the extra tiles
+            tiles = ctx.configs + (_default_extra_tiles(ctx, pw) if full and dims == 2 else [])
+            for t in tiles:
                 for mode in [m for m in ctx.modes if m in _DEFAULT_SK_MODES] or list(ctx.modes):
-                    for red in (_DEFAULT_SK if full else ("workspace",)):
+                    for red in (_DEFAULT_SK if full and dims == 2 else _DEFAULT_SK_3D if full else ("workspace",)):
                         if red in ctx.reductions:
                             out.append(_spec("wgrad_sk", red, dtype, dw, prec, t, dims=dims, pw=pw, vc=W, vk=W, mode=mode))
     return out
