@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from skwgrad.abi.conv import DTYPE_BYTES, parse_problem  # noqa: E402
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.errors import AbiError, ProblemError  # noqa: E402
 
@@ -396,6 +396,9 @@ def candidates(p, specs, sms):
             adm = [s for s in adm if (s.vec_c == vmax or s.mode == "taps") and s.bn == tmin]
         for s in adm + win:
             ks_set = {dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c, mode=s.mode) for c in CTAS_PER_CU_OPTIONS}
+            if s.dwconv_window.bw:  # also one step per split (past the rule's DWCONV_WIN_MIN_STEPS): small strided layers
+                steps = dwconv_tiling(p, s.bm, s.bn, s.bk, s.mode).iters_per_tile
+                ks_set.add(min(steps, max(1, math.ceil(4 * sms / dwconv_tiling(p, s.bm, s.bn, s.bk, s.mode).num_tiles))))
             for k in sorted(ks_set):
                 jobs.append((s, k))
         auto = window_auto(p, specs, sms) or auto_choice(p, specs, sms)
