@@ -216,9 +216,68 @@ def build_specs() -> list[KernelSpec]:
     return _with_default_picks(out)
 
 
+# --set strided-tune: other strip widths / tap rows / strips per step of the stride-2 window
+# kernels than the default's (sweep.DWCONV_WINDOW_STRIDED), for the strided rows' dtypes, one split
+# epilogue each: (dtype, dW dtype, variant, X, mode, BP). Built into a skwgrad cache (``--cache``)
+# beside what compile-all put there; the launcher pick of ``run --cache`` ignores them.
+STRIDED_TUNE = [
+    ("bf16", "bf16", "workspace", 3, "win4r3s2", 64), ("bf16", "bf16", "workspace", 3, "win5r3s2", 64),
+    ("bf16", "bf16", "workspace", 3, "win7r3s2", 32), ("bf16", "bf16", "workspace", 3, "win7s2", 64),
+    ("bf16", "bf16", "workspace", 5, "win4s2", 64), ("bf16", "bf16", "workspace", 5, "win7s2", 32),
+    ("fp16", "fp16", "workspace", 5, "win4s2", 64), ("fp16", "fp16", "workspace", 7, "win4s2", 64),
+    ("fp16", "fp16", "workspace", 7, "win5s2", 64),
+]
+
+
+def strided_tune_specs() -> list[KernelSpec]:
+    return [_spec(v, dt, dw, x, (16, bp, 4), vec=WIDEST[dt], mode=mode) for dt, dw, v, x, mode, bp in STRIDED_TUNE]
+
+
+def default_keys(arch: str = "sm_90") -> set:
+    """Cache keys of the default preset's dwconv / grouped kernels (what ``auto`` may serve)."""
+    from skwgrad.aot.sweep import dwconv_specs, grouped_specs
+    from skwgrad.cache.store import Cache
+
+    return {Cache.key_for(s, arch) for dt in ("bf16", "fp16", "fp32") for s in dwconv_specs("default", arch, dt) + grouped_specs("default", arch, dt)}
+
+
+def _put_one(args):
+    spec, cache_dir = args
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from skwgrad.aot.compile import compile_spec
+    from skwgrad.cache.store import Cache
+
+    try:
+        ck = compile_spec(spec, "sm_90")
+        with Cache(cache_dir, create=False) as c:
+            c.put(ck)
+    except Exception as e:  # record and go on
+        return spec.label, f"FAILED {type(e).__name__}: {str(e)[:300]}"
+    return spec.label, f"{ck.metadata['compile_seconds']}s"
+
+
 def cmd_build(a):
     from gpu_kernels import _compile_one
 
+    if a.set == "strided-tune":
+        if not a.cache:
+            raise SystemExit("--set strided-tune builds into a skwgrad cache: give --cache DIR (made by compile-all)")
+        specs = strided_tune_specs()
+        if a.count:
+            print(f"{len(specs)} specs")
+            return 0
+        t0 = time.time()
+        with ProcessPoolExecutor(a.jobs) as ex:
+            res = list(ex.map(_put_one, [(s, a.cache) for s in specs]))
+        failed = [r for r in res if r[1].startswith("FAILED")]
+        for label, status in failed:
+            print(label, status)
+        print(f"{len(specs)} specs into {a.cache} in {time.time() - t0:.0f}s, {len(failed)} failed")
+        return 1 if failed else 0
+    if not a.out:
+        raise SystemExit("give --out DIR")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     specs = window_build_specs() if a.set == "window" else build_specs()
@@ -459,12 +518,13 @@ def cache_runtime(path: str, allow_stale: bool = False):
     return rt, cache
 
 
-def launcher_auto(p, cache, sms):
-    """What ``skwgrad.launcher.select.choose`` picks for p on this cache (auto options), as (spec, ks_count)."""
+def launcher_auto(p, cache, sms, exclude=frozenset()):
+    """What ``skwgrad.launcher.select.choose`` picks for p on this cache (auto options), as (spec,
+    ks_count); ``exclude``: keys of entries it must not serve (tuning kernels outside the default)."""
     from skwgrad.launcher.select import choose
 
     try:
-        c = choose(p, cache, arch="sm_90", cus=sms)
+        c = choose(p, cache, arch="sm_90", cus=sms, exclude=frozenset(exclude))
     except Exception as e:  # noqa: BLE001  (no kernel: recorded, the row goes on)
         print(f"    launcher auto: {type(e).__name__}: {str(e)[:200]}", flush=True)
         return None
@@ -484,7 +544,7 @@ def cmd_run(a):
     from skwgrad.reference import relative_error, tolerance, wgrad_reference
 
     t_start = time.time()
-    cache = None
+    cache, tuning = None, set()
     if a.kernels:
         rt = Runtime(a.kernels)
     else:
@@ -493,6 +553,10 @@ def cmd_run(a):
         rt, cache = cache_runtime(a.cache, a.allow_stale)
         if a.allow_stale:
             cache = None
+        else:  # the launcher pick serves only the default preset's dwconv / grouped kernels
+            keep = default_keys()
+            tuning = {e.key for e in cache.entries("sm_90") if e.spec and e.spec.family in ("dwconv", "grouped") and e.key not in keep}
+            print(f"{len(tuning)} cached dwconv/grouped kernels outside the default preset: timed, never the launcher pick", flush=True)
     sms = rt.sms
     specs = [s for s in rt.kernels if s.family in ("dwconv", "grouped")]
     dev = torch.cuda.get_device_name(0)
@@ -541,7 +605,7 @@ def cmd_run(a):
         cands, auto = candidates(p, set(specs), sms)
         jobs = [(sp, k, False) for sp, k in cands]
         if cache is not None:  # the launcher's own pick on this cache replaces the proposed rule's
-            la = launcher_auto(p, cache, sms)
+            la = launcher_auto(p, cache, sms, tuning)
             row["auto_source"] = "launcher" if la else "proposed rule"
             auto = la or auto
         if auto:
@@ -635,9 +699,10 @@ def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
-    b.add_argument("--out", required=True)
+    b.add_argument("--out", help="kernel directory (--set window / tune)")
+    b.add_argument("--cache", help="skwgrad cache to add to (--set strided-tune)")
     b.add_argument("--jobs", type=int, default=os.cpu_count())
-    b.add_argument("--set", choices=("window", "tune"), default="window",
+    b.add_argument("--set", choices=("window", "tune", "strided-tune"), default="window",
                    help="window: the window kernels vs the current default's (this session); tune: the 2026-12-01 sweep")
     b.add_argument("--count", action="store_true", help="print the number of kernels and stop")
     q = sub.add_parser("problems", help="print the --problem flags of the selected rows (for skwgrad compile-all)")
