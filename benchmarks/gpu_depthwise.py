@@ -6,12 +6,13 @@ Two steps, so the GPU machine never compiles:
   here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels   (--set window)
   GPU machine: python benchmarks/gpu_depthwise.py run --kernels .device/dwkernels --out dw.json
 or from a skwgrad cache (``--cache`` or SKWGRAD_CACHE; what ``skwgrad compile-all --problem ...``
-built for the rows, e.g. the strided rows: ``python benchmarks/gpu_depthwise.py problems --only s2``
-prints the ``--problem`` flags), where ``auto`` is then also the launcher's own pick
-(``skwgrad.launcher.select.choose`` on that cache, ``launcher_auto`` in the JSON):
-  GPU machine: python benchmarks/gpu_depthwise.py run --cache C --only s2 --out dws2.json
+built for the rows, e.g. the strided rows: ``python benchmarks/gpu_depthwise.py problems --only _s2_,dil2``
+prints the ``--problem`` flags; ``build --set strided-tune --cache C`` adds other stride-2 window
+configurations and the dilation-2 one), where ``auto`` is then also the launcher's own pick
+(``skwgrad.launcher.select.choose`` on that cache; ``auto_source`` in the JSON says which):
+  GPU machine: python benchmarks/gpu_depthwise.py run --cache C --only _s2_,dil2 --out dws2.json
 
-Stride-2 rows (``--only s2``): the stride-2 window kernels (mode ``win<BW>[r<TR>]s2``) against the
+Stride-2 rows (``--only _s2_``): the stride-2 window kernels (mode ``win<BW>[r<TR>]s2``) against the
 gather kernels (``best_gather``: the dwconv kernels without a window) and cuDNN, whose own dW is
 checked against the float64 reference too (``torch_rel_err``).
 
@@ -217,8 +218,8 @@ def build_specs() -> list[KernelSpec]:
 
 
 # --set strided-tune: other strip widths / tap rows / strips per step of the stride-2 window
-# kernels than the default's (sweep.DWCONV_WINDOW_STRIDED), for the strided rows' dtypes, one split
-# epilogue each: (dtype, dW dtype, variant, X, mode, BP). Built into a skwgrad cache (``--cache``)
+# kernels than the default's (sweep.DWCONV_WINDOW_STRIDED), for the strided rows' dtypes, and the
+# dilation-2 window kernel, one split epilogue each: (dtype, dW dtype, variant, X, mode, BP). Built into a skwgrad cache (``--cache``)
 # beside what compile-all put there; the launcher pick of ``run --cache`` ignores them.
 STRIDED_TUNE = [
     ("bf16", "bf16", "workspace", 3, "win4r3s2", 64), ("bf16", "bf16", "workspace", 3, "win5r3s2", 64),
@@ -226,6 +227,7 @@ STRIDED_TUNE = [
     ("bf16", "bf16", "workspace", 5, "win4s2", 64), ("bf16", "bf16", "workspace", 5, "win7s2", 32),
     ("fp16", "fp16", "workspace", 5, "win4s2", 64), ("fp16", "fp16", "workspace", 7, "win4s2", 64),
     ("fp16", "fp16", "workspace", 7, "win5s2", 64),
+    ("bf16", "bf16", "workspace", 3, "win7r3d2", 64),  # dilation 2 (broad/full only): the dw3x3_dil2 row
 ]
 
 
