@@ -3,8 +3,18 @@ vs float64, device time of each candidate config, cuDNN's own weight gradient in
 % of the memory roofline.
 
 Two steps, so the GPU machine never compiles:
-  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels   (--set window, 116 sm_90 kernels)
+  here (CPU):  python benchmarks/gpu_depthwise.py build --out .device/dwkernels   (--set window)
   GPU machine: python benchmarks/gpu_depthwise.py run --kernels .device/dwkernels --out dw.json
+or from a skwgrad cache (``--cache`` or SKWGRAD_CACHE; what ``skwgrad compile-all --problem ...``
+built for the rows, e.g. the strided rows: ``python benchmarks/gpu_depthwise.py problems --only _s2_,dil2``
+prints the ``--problem`` flags; ``build --set strided-tune --cache C`` adds other stride-2 window
+configurations and the dilation-2 one), where ``auto`` is then also the launcher's own pick
+(``skwgrad.launcher.select.choose`` on that cache; ``auto_source`` in the JSON says which):
+  GPU machine: python benchmarks/gpu_depthwise.py run --cache C --only _s2_,dil2 --out dws2.json
+
+Stride-2 rows (``--only _s2_``): the stride-2 window kernels (mode ``win<BW>[r<TR>]s2``) against the
+gather kernels (``best_gather``: the dwconv kernels without a window) and cuDNN, whose own dW is
+checked against the float64 reference too (``torch_rel_err``).
 
 ``--set window`` (the default) times the window kernels (mode ``win<BW>[r<TR>]``) against the
 current default's taps-layout kernels and cuDNN: per row ``best_window``, ``best_current`` and
@@ -47,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from skwgrad.abi.conv import DTYPE_BYTES, parse_problem  # noqa: E402
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.errors import AbiError, ProblemError  # noqa: E402
 
@@ -80,6 +90,18 @@ SHAPES = [
     ("grouped_g4_64ch_56", "n=32,c=64,k=64,g=4,h=56,w=56,y=3,x=3,padding=1"),  # 16 per group
     ("grouped_g2_32ch_56", "n=32,c=32,k=32,g=2,h=56,w=56,y=3,x=3,padding=1"),  # 16 per group
     ("resnext_g32_256ch_28_fp16_s2", "n=32,c=256,k=256,g=32,h=56,w=56,y=3,x=3,stride=2,padding=1,dtype=fp16"),
+    # stride-2 depthwise (the stride-2 window kernels): MobileNetV2 / EfficientNet-B0 downsampling
+    # layers, the corpus rows (dW fp32), and shapes in no file of this project (other channel
+    # counts, resolutions, odd widths, fp32, a 7x7 at stride 2)
+    ("mnv2_dw3x3_s2_144ch_56", "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,stride=2,padding=1"),
+    ("mnv2_dw3x3_s2_192ch_28", "n=32,c=192,k=192,g=192,h=28,w=28,y=3,x=3,stride=2,padding=1"),
+    ("dw_3x3_s2_240_n32_dwfp32", "n=32,c=240,k=240,g=240,h=56,w=56,y=3,x=3,stride=2,padding=1,dw_dtype=fp32"),
+    ("effnet_b0_dw5x5_s2_240_dwfp32", "n=32,c=240,k=240,g=240,h=28,w=28,y=5,x=5,stride=2,padding=2,dw_dtype=fp32"),
+    ("effnet_dw5x5_s2_672ch_14", "n=32,c=672,k=672,g=672,h=14,w=14,y=5,x=5,stride=2,padding=2"),
+    ("new_dw3x3_s2_576ch_15_n64_odd", "n=64,c=576,k=576,g=576,h=15,w=15,y=3,x=3,stride=2,padding=1"),
+    ("new_dw7x7_s2_128ch_64_fp16", "n=16,c=128,k=128,g=128,h=64,w=64,y=7,x=7,stride=2,padding=3,dtype=fp16"),
+    ("new_dw3x3_s2_120ch_57_fp32", "n=32,c=120,k=120,g=120,h=57,w=57,y=3,x=3,stride=2,padding=1,dtype=fp32"),
+    ("new_dw5x5_s2_p0_336ch_33", "n=32,c=336,k=336,g=336,h=33,w=33,y=5,x=5,stride=2,padding=0"),
 ]
 # depthwise through the MMA: GB channels per packed tile, block-diagonal (GB * 1 = BM)
 DW_GROUPED_TUNE = [(16, (16, 64, 64, 4, 3)), (16, (16, 128, 64, 4, 3)), (16, (16, 64, 128, 4, 3)), (32, (32, 64, 64, 4, 3)),
@@ -125,7 +147,7 @@ def window_build_specs() -> list[KernelSpec]:
         for dw in ((dt, "fp32") if dt != "fp32" else ("fp32",)):
             variants = ("direct", "two_stage") + (("workspace",) if dw == dt != "fp32" else ("atomic",))
             for dims in (2, 3):
-                out.update(dwconv_window_specs("sm_90", dt, dw, variants, dims=dims))
+                out.update(dwconv_window_specs("sm_90", dt, dw, variants, dims=dims, strided=True, dilated=True))
         for taps, (bc, br, warps, mode) in DWCONV_DEFAULT.items():  # the current default, measured
             split = "atomic" if dt == "fp32" else "workspace"
             out.add(_spec(split, dt, "fp32" if dt == "fp32" else dt, taps, (bc, br, warps), vec=WIDEST[dt], mode=mode))
@@ -195,9 +217,69 @@ def build_specs() -> list[KernelSpec]:
     return _with_default_picks(out)
 
 
+# --set strided-tune: other strip widths / tap rows / strips per step of the stride-2 window
+# kernels than the default's (sweep.DWCONV_WINDOW_STRIDED), for the strided rows' dtypes, and the
+# dilation-2 window kernel, one split epilogue each: (dtype, dW dtype, variant, X, mode, BP). Built into a skwgrad cache (``--cache``)
+# beside what compile-all put there; the launcher pick of ``run --cache`` ignores them.
+STRIDED_TUNE = [
+    ("bf16", "bf16", "workspace", 3, "win4r3s2", 64), ("bf16", "bf16", "workspace", 3, "win5r3s2", 64),
+    ("bf16", "bf16", "workspace", 3, "win7r3s2", 32), ("bf16", "bf16", "workspace", 3, "win7s2", 64),
+    ("bf16", "bf16", "workspace", 5, "win4s2", 64), ("bf16", "bf16", "workspace", 5, "win7s2", 32),
+    ("fp16", "fp16", "workspace", 5, "win4s2", 64), ("fp16", "fp16", "workspace", 7, "win4s2", 64),
+    ("fp16", "fp16", "workspace", 7, "win5s2", 64),
+    ("bf16", "bf16", "workspace", 3, "win7r3d2", 64),  # dilation 2 (broad/full only): the dw3x3_dil2 row
+]
+
+
+def strided_tune_specs() -> list[KernelSpec]:
+    return [_spec(v, dt, dw, x, (16, bp, 4), vec=WIDEST[dt], mode=mode) for dt, dw, v, x, mode, bp in STRIDED_TUNE]
+
+
+def default_keys(arch: str = "sm_90") -> set:
+    """Cache keys of the default preset's dwconv / grouped kernels (what ``auto`` may serve)."""
+    from skwgrad.aot.sweep import dwconv_specs, grouped_specs
+    from skwgrad.cache.store import Cache
+
+    return {Cache.key_for(s, arch) for dt in ("bf16", "fp16", "fp32") for s in dwconv_specs("default", arch, dt) + grouped_specs("default", arch, dt)}
+
+
+def _put_one(args):
+    spec, cache_dir = args
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from skwgrad.aot.compile import compile_spec
+    from skwgrad.cache.store import Cache
+
+    try:
+        ck = compile_spec(spec, "sm_90")
+        with Cache(cache_dir, create=False) as c:
+            c.put(ck)
+    except Exception as e:  # record and go on
+        return spec.label, f"FAILED {type(e).__name__}: {str(e)[:300]}"
+    return spec.label, f"{ck.metadata['compile_seconds']}s"
+
+
 def cmd_build(a):
     from gpu_kernels import _compile_one
 
+    if a.set == "strided-tune":
+        if not a.cache:
+            raise SystemExit("--set strided-tune builds into a skwgrad cache: give --cache DIR (made by compile-all)")
+        specs = strided_tune_specs()
+        if a.count:
+            print(f"{len(specs)} specs")
+            return 0
+        t0 = time.time()
+        with ProcessPoolExecutor(a.jobs) as ex:
+            res = list(ex.map(_put_one, [(s, a.cache) for s in specs]))
+        failed = [r for r in res if r[1].startswith("FAILED")]
+        for label, status in failed:
+            print(label, status)
+        print(f"{len(specs)} specs into {a.cache} in {time.time() - t0:.0f}s, {len(failed)} failed")
+        return 1 if failed else 0
+    if not a.out:
+        raise SystemExit("give --out DIR")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     specs = window_build_specs() if a.set == "window" else build_specs()
@@ -298,7 +380,7 @@ def auto_choice(p, specs, sms, deterministic=False):
 
 def window_auto(p, specs, sms, deterministic=False):
     """The rule proposed for ``select`` with window kernels cached: a window kernel that admits
-    the problem (X == bn, stride and dilation 1 along W, G % vec == 0; the widest vector) before
+    the problem (X == bn, its stride and dilation along W, G % vec == 0; the widest vector) before
     any gather kernel; ks_count = ``dwconv_ks_count(..., mode=spec.mode)``; ``direct`` at one
     split, else workspace (dW in the input dtype) / atomic (fp32 dW), two_stage if deterministic."""
     fits = []
@@ -375,6 +457,9 @@ def candidates(p, specs, sms):
             adm = [s for s in adm if (s.vec_c == vmax or s.mode == "taps") and s.bn == tmin]
         for s in adm + win:
             ks_set = {dwconv_ks_count(p, bc=s.bm, br=s.bk, compute_units=sms, ctas_per_cu=c, mode=s.mode) for c in CTAS_PER_CU_OPTIONS}
+            if s.dwconv_window.bw:  # also one step per split (past the rule's DWCONV_WIN_MIN_STEPS): small strided layers
+                steps = dwconv_tiling(p, s.bm, s.bn, s.bk, s.mode).iters_per_tile
+                ks_set.add(min(steps, max(1, math.ceil(4 * sms / dwconv_tiling(p, s.bm, s.bn, s.bk, s.mode).num_tiles))))
             for k in sorted(ks_set):
                 jobs.append((s, k))
         auto = window_auto(p, specs, sms) or auto_choice(p, specs, sms)
@@ -400,6 +485,60 @@ def candidates(p, specs, sms):
     return sorted(set(jobs)), auto
 
 
+def _selected(only: str):
+    only = [o for o in only.split(",") if o]
+    return [(n, t) for n, t in SHAPES if not only or any(o in n for o in only)]
+
+
+def cmd_problems(a):
+    """The ``--problem`` flags of the selected rows (for ``skwgrad compile-all``)."""
+    print(" ".join(f"--problem '{t}'" for _, t in _selected(a.only)))
+    return 0
+
+
+def cache_runtime(path: str, allow_stale: bool = False):
+    """A ``gpu_kernels.Runtime`` holding the sm_90 dwconv / grouped / Stage-2 objects of a skwgrad
+    cache (each read through ``Cache.load_binary``: sha256-checked and bound to its row), and the
+    open cache (for the launcher's own pick). Entries of other kernel sources are refused unless
+    ``allow_stale`` (then the launcher's pick is skipped: it never serves them)."""
+    import tempfile
+
+    from gpu_kernels import Runtime
+    from skwgrad.cache.store import Cache
+
+    cache = Cache(path, create=False)
+    tmp = Path(tempfile.mkdtemp(prefix="dwcache-"))
+    rt = Runtime(tmp)  # empty: filled from the cache below
+    entries = [e for e in cache.entries("sm_90", all_versions=allow_stale) if e.spec and e.spec.family in ("dwconv", "grouped", "stage2")]
+    if not entries:
+        stale = cache.other_versions("sm_90")
+        raise SystemExit(f"no current sm_90 dwconv/grouped kernels in {path}" + (f" ({stale} of other kernel sources: --allow-stale)" if stale else ""))
+    for e in entries:
+        f = tmp / f"{e.key}.cubin"
+        f.write_bytes(cache.load_binary(e, allow_stale=allow_stale))
+        rt.kernels[e.spec] = dict(e.metadata) | {"_cubin": f}
+    return rt, cache
+
+
+def launcher_auto(p, cache, sms, exclude=frozenset()):
+    """What ``skwgrad.launcher.select.choose`` picks for p on this cache (auto options), as (spec,
+    ks_count); ``exclude``: keys of entries it must not serve (tuning kernels outside the default)."""
+    from skwgrad.launcher.select import choose
+
+    try:
+        c = choose(p, cache, arch="sm_90", cus=sms, exclude=frozenset(exclude))
+    except Exception as e:  # noqa: BLE001  (no kernel: recorded, the row goes on)
+        print(f"    launcher auto: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        return None
+    return (c.spec, c.ks_count) if c.spec.family in ("dwconv", "grouped") else None
+
+
+def torch_output(torch, p, out):
+    """torch's dW (``G*K, C, [Z,] Y, X``) in skwgrad's ``G K Z Y X C`` layout."""
+    w = out.reshape(p.g, p.k, p.c, p.z, p.y, p.x)
+    return w.permute(0, 1, 3, 4, 5, 2).reshape(p.dw_shape)
+
+
 def cmd_run(a):
     import torch
 
@@ -407,7 +546,19 @@ def cmd_run(a):
     from skwgrad.reference import relative_error, tolerance, wgrad_reference
 
     t_start = time.time()
-    rt = Runtime(a.kernels)
+    cache, tuning = None, set()
+    if a.kernels:
+        rt = Runtime(a.kernels)
+    else:
+        if not a.cache:
+            raise SystemExit("give --kernels DIR (from `build`) or --cache DIR (or SKWGRAD_CACHE)")
+        rt, cache = cache_runtime(a.cache, a.allow_stale)
+        if a.allow_stale:
+            cache = None
+        else:  # the launcher pick serves only the default preset's dwconv / grouped kernels
+            keep = default_keys()
+            tuning = {e.key for e in cache.entries("sm_90") if e.spec and e.spec.family in ("dwconv", "grouped") and e.key not in keep}
+            print(f"{len(tuning)} cached dwconv/grouped kernels outside the default preset: timed, never the launcher pick", flush=True)
     sms = rt.sms
     specs = [s for s in rt.kernels if s.family in ("dwconv", "grouped")]
     dev = torch.cuda.get_device_name(0)
@@ -435,10 +586,7 @@ def cmd_run(a):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     rows, failures = [], 0
-    only = [o for o in a.only.split(",") if o]
-    for name, text in SHAPES:
-        if only and not any(o in name for o in only):
-            continue
+    for name, text in _selected(a.only):
         if time.time() - t_start > a.budget_s:
             print(f"-- time budget of {a.budget_s}s spent; skipping {name} and later rows", flush=True)
             break
@@ -455,8 +603,13 @@ def cmd_run(a):
         torch.backends.cudnn.benchmark = False
         torch_us = min(row["torch_us_benchmark_off"], row["torch_us_benchmark_on"])
         row["torch_us"] = torch_us
+        row["torch_rel_err"] = relative_error(torch_output(torch, p, tw()).double().cpu().numpy(), ref)
         cands, auto = candidates(p, set(specs), sms)
         jobs = [(sp, k, False) for sp, k in cands]
+        if cache is not None:  # the launcher's own pick on this cache replaces the proposed rule's
+            la = launcher_auto(p, cache, sms, tuning)
+            row["auto_source"] = "launcher" if la else "proposed rule"
+            auto = la or auto
         if auto:
             jobs.append((auto[0], auto[1], True))
         best, by_variant = None, {}
@@ -492,11 +645,14 @@ def cmd_run(a):
         good = [c for c in row["candidates"] if c["ok"]]
         row["best_window"] = min((c for c in good if "_win" in c["label"]), key=lambda c: c["us"], default=None)
         row["best_current"] = min((c for c in good if "_win" not in c["label"]), key=lambda c: c["us"], default=None)
+        row["best_gather"] = min((c for c in good if c["label"].startswith("dwconv_") and "_win" not in c["label"]),
+                                 key=lambda c: c["us"], default=None)  # fmt: skip
         rows.append(row)
         fmt = lambda c: f"{c['us']:8.1f} us {row['roofline_us'] / c['us'] * 100:5.0f}% {torch_us / c['us']:5.2f}x {c['label']} ks={c['ks_count']}" if c else "      -"  # noqa: E731
         print(f"{name:<32} torch {row['torch_us_benchmark_off']:8.1f}/{row['torch_us_benchmark_on']:8.1f} us "
               f"roof {row['roofline_us']:6.1f} us | best {fmt(best)} | auto {fmt(row.get('auto'))}", flush=True)  # fmt: skip
-        print(f"    window {fmt(row['best_window'])} | current {fmt(row['best_current'])}", flush=True)
+        print(f"    window {fmt(row['best_window'])} | gather {fmt(row['best_gather'])} | current {fmt(row['best_current'])}"
+              f" | torch rel_err {row['torch_rel_err']:.1e}", flush=True)  # fmt: skip
         print("    best per variant: " + ", ".join(f"{v} {c['us']:.1f} us ({c['label']} ks={c['ks_count']})" for v, c in sorted(by_variant.items())), flush=True)
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(_doc(dev, sms, rows, failures, a), indent=1))
@@ -507,13 +663,13 @@ def cmd_run(a):
         print(f"{r['name']:<32} {r['torch_us']:8.1f} {b['us'] if b else float('nan'):9.1f} {au['us'] if au else float('nan'):8.1f} "
               f"{(r['roofline_us'] / b['us'] * 100) if b else float('nan'):9.0f} {(r['torch_us'] / b['us']) if b else float('nan'):11.2f} "
               f"{(r['torch_us'] / au['us']) if au and au['ok'] else float('nan'):11.2f}")  # fmt: skip
-    print("\nrow                              torch_us  window_us  current_us  roof%window  torch/window  torch/current")
+    print("\nrow                              torch_us  window_us  gather_us  current_us  roof%window  torch/window  torch/gather  torch/current")
     for r in rows:
-        w, c = r.get("best_window"), r.get("best_current")
+        w, g, c = r.get("best_window"), r.get("best_gather"), r.get("best_current")
         nan = float("nan")
-        print(f"{r['name']:<32} {r['torch_us']:8.1f} {w['us'] if w else nan:10.1f} {c['us'] if c else nan:11.1f} "
+        print(f"{r['name']:<32} {r['torch_us']:8.1f} {w['us'] if w else nan:10.1f} {g['us'] if g else nan:10.1f} {c['us'] if c else nan:11.1f} "
               f"{(r['roofline_us'] / w['us'] * 100) if w else nan:12.0f} {(r['torch_us'] / w['us']) if w else nan:13.2f} "
-              f"{(r['torch_us'] / c['us']) if c else nan:14.2f}")  # fmt: skip
+              f"{(r['torch_us'] / g['us']) if g else nan:13.2f} {(r['torch_us'] / c['us']) if c else nan:14.2f}")  # fmt: skip
     speed = [r["torch_us"] / r["auto"]["us"] for r in rows if r.get("auto") and r["auto"]["ok"]]
     if speed:
         print(f"auto vs torch: geomean {math.exp(sum(map(math.log, speed)) / len(speed)):.2f}x, min {min(speed):.2f}x over {len(speed)} rows")
@@ -545,19 +701,25 @@ def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
-    b.add_argument("--out", required=True)
+    b.add_argument("--out", help="kernel directory (--set window / tune)")
+    b.add_argument("--cache", help="skwgrad cache to add to (--set strided-tune)")
     b.add_argument("--jobs", type=int, default=os.cpu_count())
-    b.add_argument("--set", choices=("window", "tune"), default="window",
+    b.add_argument("--set", choices=("window", "tune", "strided-tune"), default="window",
                    help="window: the window kernels vs the current default's (this session); tune: the 2026-12-01 sweep")
     b.add_argument("--count", action="store_true", help="print the number of kernels and stop")
+    q = sub.add_parser("problems", help="print the --problem flags of the selected rows (for skwgrad compile-all)")
+    q.add_argument("--only", default="", help="comma-separated substrings of row names")
     r = sub.add_parser("run")
-    r.add_argument("--kernels", required=True)
+    src = r.add_mutually_exclusive_group()
+    src.add_argument("--kernels", help="a directory from `build`")
+    src.add_argument("--cache", default=os.environ.get("SKWGRAD_CACHE"), help="a skwgrad cache (env SKWGRAD_CACHE)")
+    r.add_argument("--allow-stale", action="store_true", help="serve cache entries of other kernel sources (no launcher pick then)")
     r.add_argument("--out", required=True, help="JSON file")
     r.add_argument("--reps", type=int, default=25)
     r.add_argument("--only", default="", help="comma-separated substrings of row names")
     r.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after this many seconds")
     a = ap.parse_args()
-    return {"build": cmd_build, "run": cmd_run}[a.cmd](a)
+    return {"build": cmd_build, "run": cmd_run, "problems": cmd_problems}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,11 @@ def dw_specs():
         # window kernels: 3 tap rows of a 3-wide filter per CTA; a 7-wide filter, one row, 3-D
         dws("workspace", "bf16", bc=32, taps=3, br=64, mode="win7r3"),
         dws("atomic", "fp16", "fp32", bc=32, taps=7, br=64, mode="win7", sd=3),
+        # stride-2 window kernels (the default's configurations) and a dilation-2 one
+        dws("workspace", "bf16", bc=32, taps=3, br=64, mode="win7r3s2"),
+        dws("atomic", "fp16", "fp32", bc=32, taps=7, br=64, mode="win7s2"),
+        dws("direct", "fp32", "fp32", vec=4, bc=32, taps=5, br=64, mode="win7s2"),
+        dws("workspace", "fp16", bc=32, taps=3, br=64, mode="win7r3d2"),
     ]
     return out
 
@@ -59,9 +64,15 @@ IDS = [f"{a}-{s.label}" for s, a in ALL]
 
 
 @pytest.fixture(scope="module")
-def built():
+def built(request):
+    """Only the (spec, arch) pairs the selected tests use (``-k win7r3s2`` builds just those)."""
+    wanted = set()
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.module is request.module and "spec" in params:
+            wanted.add((params["spec"], params.get("arch", "sm_90")))
     with ProcessPoolExecutor(2) as ex:
-        return {(s, a): (b, m) for s, a, b, m in ex.map(_build, ALL)}
+        return {(s, a): (b, m) for s, a, b, m in ex.map(_build, [x for x in ALL if x in wanted])}
 
 
 @pytest.mark.parametrize("spec,arch", ALL, ids=IDS)
@@ -146,6 +157,10 @@ def test_smoke_holds_every_variant_3d_and_vec1():
     assert {s.bn for s in gather} == {16, 32, 64} and {s.vec_c for s in dflt} == {1, 8}
     win = [s for s in dflt if s.mode.startswith("win")]  # the window kernels: the filter width, at W
     assert {s.bn for s in win} == {3, 5, 7} and {s.vec_c for s in win} == {8}
+    # stride 1 and stride 2 along W (2-D only); dilation 2 in broad/full only
+    assert {(s.bn, s.mode) for s in win} == {(3, "win7r3"), (5, "win7"), (7, "win7"), (3, "win7r3s2"), (5, "win7s2"), (7, "win7s2")}
+    assert all(s.spatial_dims == 2 for s in win if s.dwconv_window.sw == 2)
+    assert {s.mode for s in dwconv_specs("broad", "sm_90", "bf16") if s.dwconv_window.dl == 2} == {"win7r3d2"}
     assert {(s.variant, s.dw_dtype) for s in dflt} == {("direct", "bf16"), ("workspace", "bf16"), ("direct", "fp32"), ("atomic", "fp32")}
     broad = dwconv_specs("broad", "sm_90", "bf16")
     assert {s.vec_c for s in broad} == {1, 4, 8} and {(s.variant, s.dw_dtype) for s in broad} == {

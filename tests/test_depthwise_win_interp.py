@@ -91,8 +91,8 @@ def test_cases_cover_what_they_claim(results):
 def test_window_spec_rules_and_geometry():
     s = KernelSpec(**wspec("workspace", "bf16", bc=16, kx=3, bp=64, mode="win7r3"))
     assert s.label == "dwconv_bf16_2d_v8_c16t3r64_w4s1_win7r3_workspace"
-    assert s.dwconv_window == (7, 3)
-    assert KernelSpec(**wspec("direct", mode="win4")).dwconv_window == (4, 1)
+    assert s.dwconv_window == (7, 3, 1, 1)  # (BW, TR, stride_w, dilation_w)
+    assert KernelSpec(**wspec("direct", mode="win4")).dwconv_window == (4, 1, 1, 1)
     for bad in ("win0", "win17", "win4r9", "win", "win4r", "window"):
         with pytest.raises(AbiError):
             KernelSpec(**wspec("direct", mode=bad))

@@ -366,8 +366,11 @@ def test_depthwise_and_grouped_problems_take_their_families():
     ch = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2))
     # the window kernel of the 3-wide filter (stride 1 along W) at the widest vector: 144 % 8 == 0
     assert ch.spec.family == "dwconv" and (ch.spec.bn, ch.spec.mode, ch.spec.vec_c) == (3, "win7r3", 8)
-    s2 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,stride=2")  # no window kernel: the gather one
-    assert S.choose(s2, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.bn == 16  # 9 taps fit 16
+    s2 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,stride=2")  # the stride-2 window kernel
+    c2 = S.choose(s2, c, arch="sm_90", cus=132, occupancy=occ(2))
+    assert (c2.spec.mode, c2.spec.bn, c2.spec.vec_c) == ("win7r3s2", 3, 8)
+    s3 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,stride=3")  # no window kernel: the gather one
+    assert S.choose(s3, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.bn == 16  # 9 taps fit 16
     assert ch.spec.variant == ("direct" if ch.ks_count == 1 else "workspace") and ch.stage2 is not None
     odd = parse_problem("n=8,c=100,k=100,g=100,h=28,w=28,y=7,x=7,padding=3")
     ch = S.choose(odd, c, arch="sm_90", cus=132, occupancy=occ(2))

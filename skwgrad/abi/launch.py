@@ -11,6 +11,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from skwgrad.abi import kernargs
 from skwgrad.abi.conv import ConvProblem, Tiling
@@ -132,22 +133,39 @@ DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue d
 DWCONV_WIN_MIN_STEPS = 2
 
 
-def dwconv_window(mode: str) -> tuple[int, int]:
-    """(BW, TR) of a window-kernel mode ``win<BW>[r<TR>]``, (0, 0) for the gather kernels; the
-    one parser (``KernelSpec.dwconv_window`` reads the same)."""
-    m = re.fullmatch(r"win([1-9]\d*)(?:r([1-9]\d*))?", mode)
-    return (int(m.group(1)), int(m.group(2) or 1)) if m else (0, 0)
+class DwWindow(NamedTuple):
+    """A window-kernel mode ``win<BW>[r<TR>][s<SW>][d<DL>]``: BW output columns per thread strip,
+    TR tap rows per CTA, stride SW and dilation DL along W (1 where not spelled)."""
+
+    bw: int
+    tr: int
+    sw: int
+    dl: int
+
+
+NO_WINDOW = DwWindow(0, 0, 1, 1)  # a gather kernel's mode
+
+
+def dwconv_window(mode: str) -> DwWindow:
+    """The window of a window-kernel mode ``win<BW>[r<TR>][s<SW>][d<DL>]`` (e.g. ``win7r3``,
+    ``win7r3s2``, ``win7d2``), ``NO_WINDOW`` (bw = 0) for the gather kernels; the one parser
+    (``KernelSpec.dwconv_window`` reads the same)."""
+    m = re.fullmatch(r"win([1-9]\d*)(?:r([1-9]\d*))?(?:s([1-9]\d*))?(?:d([1-9]\d*))?", mode)
+    if not m:
+        return NO_WINDOW
+    return DwWindow(int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 1), int(m.group(4) or 1))
 
 
 def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str = "") -> Tiling:
     """Gather kernels: tiles = channel blocks, iterations = steps of BR rows. Window kernels
-    (mode ``win<BW>[r<TR>]``): tiles = channel blocks x groups of TR tap rows (kz, ky),
-    iterations = steps of BR strips of BW output columns (N*Do*Ho*ceil(Wo/BW) strips)."""
+    (mode ``win<BW>[r<TR>][s<SW>][d<DL>]``): tiles = channel blocks x groups of TR tap rows
+    (kz, ky), iterations = steps of BR strips of BW output columns (N*Do*Ho*ceil(Wo/BW) strips,
+    whatever the stride and dilation along W)."""
     for name, v in (("BC", bc), ("TAPS", taps), ("BR", br)):
         if v <= 0:
             raise ProblemError(f"dwconv {name} must be positive, got {v}")
     cblocks = math.ceil(problem.g / bc)
-    bw, tr = dwconv_window(mode)
+    bw, tr = dwconv_window(mode)[:2]
     if bw:
         groups = math.ceil(problem.z * problem.y / tr)
         strips = problem.n * problem.do * problem.ho * math.ceil(problem.wo / bw)

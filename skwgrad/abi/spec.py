@@ -7,6 +7,7 @@ serves any problem that ``KernelSpec.check_problem`` admits.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, fields
 
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
@@ -201,11 +202,15 @@ class KernelSpec:
     def _validate_dwconv(self, bad):
         if self.block or self.pointwise:
             raise bad("dwconv kernels have no block size or pointwise addressing")
-        win, rows = self.dwconv_window
-        if self.mode not in ("", "taps") and not (1 <= win <= 16 and 1 <= rows <= 8):
+        win, rows, sw, dl = self.dwconv_window
+        spelled = re.findall(r"[sd](\d+)", self.mode[3:]) if win else []
+        if self.mode not in ("", "taps") and not (
+            1 <= win <= 16 and 1 <= rows <= 8 and 1 <= sw <= 4 and 1 <= dl <= 4 and "1" not in spelled
+        ):
             raise bad(
                 "dwconv mode is '' (taps over the threads), 'taps' (every tap of a row in one thread) "
-                "or 'win<BW>[r<TR>]' (strips of BW = 1..16 output columns, TR = 1..8 tap rows per CTA; "
+                "or 'win<BW>[r<TR>][s<SW>][d<DL>]' (strips of BW = 1..16 output columns, TR = 1..8 tap "
+                "rows per CTA, stride SW = 2..4 and dilation DL = 2..4 along W, left out for 1; "
                 "bn is then the exact filter width)"
             )
         if self.dw_dtype not in (self.dtype, "fp32"):
@@ -229,18 +234,21 @@ class KernelSpec:
                 raise bad(f"{name} must be a power of two in [{lo}, {hi}]")
         if self.bk * self.bn * self.bm > 64 * 1024:
             raise bad("bk x bn x bm (the x gather of one step) must be at most 65536 elements")
+        if win and sw * (win - 1) + dl * (self.bn - 1) + 1 > 64:
+            raise bad("win: the window of a strip (SW * (BW - 1) + DL * (X - 1) + 1 columns) must be at most 64 columns")
         if self.num_warps not in (1, 2, 4, 8, 16) or self.num_stages < 1:
             raise bad("num_warps is 1, 2, 4, 8 or 16 and num_stages >= 1")
         if (self.dtype == "fp32") != (self.precision == "ieee") or (self.dtype != "fp32" and self.precision):
             raise bad("fp32 input takes precision 'ieee' (dwconv accumulates fp32 FMAs); other dtypes none")
 
     @property
-    def dwconv_window(self) -> tuple[int, int]:
-        """(BW, TR) of a dwconv ``win<BW>[r<TR>]`` kernel (output columns per thread strip, tap
-        rows per CTA), else (0, 0)."""
-        from skwgrad.abi.launch import dwconv_window  # the one parser (launch imports no spec)
+    def dwconv_window(self):
+        """``DwWindow(bw, tr, sw, dl)`` of a dwconv ``win<BW>[r<TR>][s<SW>][d<DL>]`` kernel (output
+        columns per thread strip, tap rows per CTA, stride and dilation along W), else
+        ``NO_WINDOW`` (bw = 0)."""
+        from skwgrad.abi.launch import NO_WINDOW, dwconv_window  # the one parser (launch imports no spec)
 
-        return dwconv_window(self.mode) if self.family == "dwconv" else (0, 0)
+        return dwconv_window(self.mode) if self.family == "dwconv" else NO_WINDOW
 
     def _label_dwconv(self) -> str:
         dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
@@ -269,11 +277,12 @@ class KernelSpec:
                 f"{self.label} loads {self.vec_c} channels at a time; G = {p.g} channels is not a multiple of {self.vec_c}"
             )
         taps = p.z * p.y * p.x
-        if self.dwconv_window[0]:
-            if p.x != self.bn or p.stride[2] != 1 or p.dilation[2] != 1:
+        win = self.dwconv_window
+        if win.bw:
+            if p.x != self.bn or p.stride[2] != win.sw or p.dilation[2] != win.dl:
                 raise AbiError(
-                    f"{self.label} is a window kernel for filters {self.bn} wide at stride and dilation 1 "
-                    f"along W; the problem has X = {p.x}, stride_w = {p.stride[2]}, dilation_w = {p.dilation[2]}"
+                    f"{self.label} is a window kernel for filters {self.bn} wide at stride {win.sw} and dilation "
+                    f"{win.dl} along W; the problem has X = {p.x}, stride_w = {p.stride[2]}, dilation_w = {p.dilation[2]}"
                 )
         elif taps > self.bn:
             raise AbiError(f"{self.label} holds {self.bn} filter taps; the problem's {p.z}x{p.y}x{p.x} filter has {taps}")

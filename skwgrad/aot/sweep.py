@@ -680,14 +680,27 @@ DWCONV_DEFAULT = {16: (16, 32, 4, "taps"), 32: (16, 16, 4, "taps"), 64: (32, 2, 
 # vector per thread per strip), 4 warps. In every preset but smoke (default: direct plus one split
 # epilogue per dW dtype); benchmarks/gpu_depthwise.py times them against the gather kernels and cuDNN.
 DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7", 64), 7: ("win7", 64)}
+# Stride 2 along W (MobileNet / EfficientNet downsampling layers; the gather kernels ran them at
+# 0.3-0.7x cuDNN on the H200, benchmarks/RESULTS.md 2026-12-01): the same strips of 7 outputs, the
+# window is then the 2 * 7 + X - 2 contiguous x columns they read (same registers, ~1.7x the x
+# loads per product). 2-D only (strided 3-D depthwise layers are rare). Dilation 2 (``d2``) is
+# the same code: in broad/full only (cuDNN's dilated depthwise wgrad is slow: the gather kernels
+# already ran dw3x3 dilation 2 at 3.9x it).
+DWCONV_WINDOW_STRIDED = {3: ("win7r3s2", 64), 5: ("win7s2", 64), 7: ("win7s2", 64)}
+DWCONV_WINDOW_DILATED = {3: ("win7r3d2", 64)}
 
 
-def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2) -> list[KernelSpec]:
-    """The window kernels for one arch, dtype and dW dtype (3-D: the 3-wide class only)."""
+def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, strided=False, dilated=False) -> list[KernelSpec]:
+    """The window kernels for one arch, dtype and dW dtype (3-D: the 3-wide class only; the
+    stride-2 and dilation-2 ones, ``strided`` / ``dilated``, in 2-D only)."""
     W = widest_vec(dtype)
     bc = 16 * ARCHES[arch].wave_size // 32
+    configs = list(DWCONV_WINDOW.items())
+    if dims == 2:
+        configs += list(DWCONV_WINDOW_STRIDED.items()) if strided else []
+        configs += list(DWCONV_WINDOW_DILATED.items()) if dilated else []
     out = []
-    for x, (mode, bp) in DWCONV_WINDOW.items():
+    for x, (mode, bp) in configs:
         if dims == 3 and x != 3:
             continue
         for variant in variants:
@@ -736,8 +749,8 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
                 cfg, kw = DWCONV_CONFIGS[taps], {}
             for variant in ("direct", split):
                 out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec, **kw))
-        for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):  # window kernels: stride/dilation 1 along W
-            out += dwconv_window_specs(arch, dtype, dw, ("direct", _dwconv_split(dtype, dw)), dims=dims)
+        for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):  # window kernels: stride 1 and 2 along W
+            out += dwconv_window_specs(arch, dtype, dw, ("direct", _dwconv_split(dtype, dw)), dims=dims, strided=True)
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
@@ -746,7 +759,7 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
             out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
     for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):
         variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
-        out += dwconv_window_specs(arch, dtype, dw, variants, dims=dims)
+        out += dwconv_window_specs(arch, dtype, dw, variants, dims=dims, strided=True, dilated=True)
     return out
 
 

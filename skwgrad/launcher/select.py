@@ -435,9 +435,10 @@ def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice |
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
-    kernels (the cost model does not cover these families). dwconv: the smallest cached tap
-    count that holds the filter, the widest channel vectors; grouped: the best fill of the packed
-    M tile (GB * K of BM), fewer groups on ties. Split-K degree from the family's own rule;
+    kernels (the cost model does not cover these families). dwconv: a cached window kernel
+    that admits the problem (its filter width, stride and dilation along W), else the smallest
+    cached tap count that holds the filter; the widest channel vectors; grouped: the best fill
+    of the packed M tile (GB * K of BM), fewer groups on ties. Split-K degree from the family's own rule;
     ``direct`` at one split, else the epilogue."""
     if o.reduction not in ("auto", *SPLITK_EPILOGUES, "workspace"):
         return None
@@ -449,9 +450,11 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     if not ks_all:
         return None
     if family == "dwconv":
-        # the smallest tap count holding the filter; then the "taps" layout, the faster one on the
+        # a window kernel (mode win<BW>[r<TR>][s<SW>][d<DL>]: it admits only the filter width,
+        # stride and dilation along W it was built for) before any gather kernel; then the
+        # smallest tap count holding the filter; then the "taps" layout, the faster one on the
         # H200 wherever both were built (benchmarks/RESULTS.md, 2026-12-01)
-        rank_key = lambda k: (k.spec.bn, k.spec.mode != "taps", k.label)  # noqa: E731
+        rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn), k.spec.mode != "taps", k.label)  # noqa: E731
     else:
         rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
     ks_all.sort(key=rank_key)

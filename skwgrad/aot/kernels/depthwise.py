@@ -24,9 +24,14 @@ sums replicas in split order: deterministic), ``workspace`` (atomics into one f3
 zeroed by the launcher, then the Stage-2 reduce over that one replica casts it: not
 deterministic, but the Stage-2 loop is one replica long where two_stage's is ks_count long).
 
-Window kernels (mode ``win<BW>[r<TR>]``, ``_dwconv_win``; stride and dilation 1 along W): each
-thread owns one channel vector of a strip of BW output columns, loads the strip's dy vectors and
-each x vector of the window once (converted once) and uses it for every tap that reads it.
+Window kernels (mode ``win<BW>[r<TR>][s<SW>][d<DL>]``, ``_dwconv_win``; stride SW and dilation
+DL along W, 1 unless spelled, compile-time): each thread owns one channel vector of a strip of BW
+output columns, loads the strip's dy vectors and each x vector of the window once (converted
+once) and uses it for every (output column, tap) that reads it. At stride 2 the window of a
+strip is the 2 * BW + KX - 2 contiguous x columns its outputs read (even taps on even columns,
+odd on odd): the same registers as stride 1, 1.5-1.7x the x loads per product (L1/L2 hits).
+sm_90 PTX (bf16, BC 16, 4 warps, no local memory): win7r3s2 186 registers (win7r3 180), 52 16-byte
+loads and 504 FFMA per step for 3x3; win7s2 5x5 24 loads / 280 FFMA, 7x7 26 / 392.
 Inner loop, sm_90 SASS (compile.py's own compile, nvdisasm), instructions per multiply-add
 product per thread, bf16 16-byte vectors, 4 warps:
     taps-inner default c16t16r32 (3x3):  406 / 36   = 11.3   (64 FFMA, 16 LDG; 7 of 16 taps padding)
@@ -63,13 +68,13 @@ def dwconv_wgrad(
     ws_ptr, ws_bytes, ks_iters, ks_count,
     BC: tl.constexpr, BR: tl.constexpr, TAPS_P2: tl.constexpr, IS_3D: tl.constexpr, VEC: tl.constexpr,
     VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr,
-    WIN: tl.constexpr = 0, WIN_ROWS: tl.constexpr = 1,
+    WIN: tl.constexpr = 0, WIN_ROWS: tl.constexpr = 1, WIN_SW: tl.constexpr = 1, WIN_DW: tl.constexpr = 1,
 ):  # fmt: skip
     if WIN > 0:
         _dwconv_win(
             dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
             stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
-            BC, BR, TAPS_P2, WIN, WIN_ROWS, IS_3D, VEC, VARIANT, X_CACHE,
+            BC, BR, TAPS_P2, WIN, WIN_ROWS, WIN_SW, WIN_DW, IS_3D, VEC, VARIANT, X_CACHE,
         )  # fmt: skip
     else:
         TAPS = Z * Y * X
@@ -187,14 +192,21 @@ def _dwconv_win(
     dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
     stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
     BC: tl.constexpr, BP: tl.constexpr, KX: tl.constexpr, BW: tl.constexpr, TR: tl.constexpr,
+    SW: tl.constexpr, DL: tl.constexpr,
     IS_3D: tl.constexpr, VEC: tl.constexpr, VARIANT: tl.constexpr, X_CACHE: tl.constexpr,
 ):  # fmt: skip
-    """The window kernel (mode ``win<BW>[r<TR>]``; stride_w = dil_w = 1, X == KX): a CTA owns BC
-    channels and TR tap rows (kz, ky) with their KX taps each; each thread owns one channel vector
-    of a *strip* of BW consecutive output columns of one output row (BP strips per step). Per
-    strip it loads the BW dy vectors once, and per tap row the BW + KX - 1 x vectors of the
-    window once, each converted to fp32 once: BW * KX * TR FMAs per channel for BW + TR * (BW +
-    KX - 1) vector loads. Tap rows past Z*Y (the last group) are masked: no memory traffic."""
+    """The window kernel (mode ``win<BW>[r<TR>][s<SW>][d<DL>]``; stride_w = SW, dil_w = DL, X ==
+    KX, all compile-time): a CTA owns BC channels and TR tap rows (kz, ky) with their KX taps
+    each; each thread owns one channel vector of a *strip* of BW consecutive output columns of
+    one output row (BP strips per step). Output column j of the strip and tap kx read x column
+    ``SW * j + DL * kx`` of the strip's window, which spans SPAN = SW * (BW - 1) + DL * (KX - 1)
+    + 1 contiguous columns. Per strip it loads the BW dy vectors once, and per tap row each
+    window column that some (j, kx) reads once, converted to fp32 once, and feeds it to every
+    (j, kx) that reads it (all resolved at compile time): BW * KX * TR FMAs per channel for BW +
+    TR * SPAN vector loads (stride 1: BW + KX - 1 columns; stride 2: 2 * BW + KX - 2, each read
+    by the taps of its parity). Tap rows past Z*Y (the last group) are masked: no memory
+    traffic."""
+    SPAN: tl.constexpr = SW * (BW - 1) + DL * (KX - 1) + 1
     TAPS = Z * Y * KX
     ZY = Z * Y
     WB = tl.cdiv(Wo, BW)
@@ -250,7 +262,7 @@ def _dwconv_win(
             m = (s_ok & (wo0 + j < Wo))[:, None] & c_ok[None, :]
             dy_p = dy + (tl.multiple_of((dy_row + wo0 + j) * G, VEC)[:, None] + ch[None, :])
             dv = dv + (tl.load(dy_p, mask=m, other=0.0).to(tl.float32),)
-        w0 = wo0 - pad_w
+        w0 = wo0 * SW - pad_w
         nacc = ()
         for i in tl.static_range(TR):
             h = ho * stride_h + th[i]
@@ -261,23 +273,24 @@ def _dwconv_win(
                 x_row = ((nb * Di + d) * Hi + h) * Wi
             else:
                 x_row = (nb * Hi + h) * Wi
-            # x: the window's BW + KX - 1 columns, each loaded and converted once, used by every tap
+            # x: the window's SPAN columns, each one some (j, kx) reads loaded and converted once,
+            # used by every (j, kx) that reads it: column cw feeds output j = (cw - DL * kx) / SW
             x_col = tl.where(row_ok, x_row, 0) + w0
             racc = ()
             for kx in tl.static_range(KX):
                 racc = racc + (acc[i * KX + kx],)
-            for cw in tl.static_range(BW + KX - 1):
-                m = (row_ok & ((w0 + cw).to(tl.uint32) < Wi))[:, None] & c_ok[None, :]
-                x_p = x + (tl.multiple_of((x_col + cw) * G, VEC)[:, None] + ch[None, :])
-                xv = tl.load(x_p, mask=m, other=0.0, cache_modifier=X_CACHE).to(tl.float32)
-                r2 = ()
-                for kx in tl.static_range(KX):
-                    a = racc[kx]
-                    if cw - kx >= 0:
-                        if cw - kx < BW:
-                            a = a + dv[cw - kx] * xv
-                    r2 = r2 + (a,)
-                racc = r2
+            for cw in tl.static_range(SPAN):
+                if _window_column_used(cw, SW, DL, BW, KX):
+                    m = (row_ok & ((w0 + cw).to(tl.uint32) < Wi))[:, None] & c_ok[None, :]
+                    x_p = x + (tl.multiple_of((x_col + cw) * G, VEC)[:, None] + ch[None, :])
+                    xv = tl.load(x_p, mask=m, other=0.0, cache_modifier=X_CACHE).to(tl.float32)
+                    r2 = ()
+                    for kx in tl.static_range(KX):
+                        a = racc[kx]
+                        if _window_output(cw, kx, SW, DL, BW) >= 0:
+                            a = a + dv[_window_output(cw, kx, SW, DL, BW)] * xv
+                        r2 = r2 + (a,)
+                    racc = r2
             nacc = nacc + racc
         acc = nacc
         # next BP strips: one carry per dim
@@ -309,6 +322,21 @@ def _dwconv_win(
             else:
                 tl.store(ws_ptr + split * (G * TAPS) + dw_off, r, mask=m)
 
+
+@triton.constexpr_function
+def _window_output(cw, kx, sw, dl, bw):
+    """The strip column j whose tap kx reads window column cw (cw = sw * j + dl * kx), else -1."""
+    q = cw - dl * kx
+    return q // sw if q >= 0 and q % sw == 0 and q // sw < bw else -1
+
+
+@triton.constexpr_function
+def _window_column_used(cw, sw, dl, bw, kx_count):
+    """Whether some (strip column, tap) reads window column cw (stride and dilation 2 leave gaps)."""
+    q = [cw - dl * kx for kx in range(kx_count)]
+    return any(v >= 0 and v % sw == 0 and v // sw < bw for v in q)
+
+
 def constexprs(spec, target) -> dict:
     """``KernelSpec`` fields of the dwconv family: bm = BC (channels per CTA), bn = TAPS_P2 (taps
     the kernel holds, a power of two >= Z*Y*X), bk = BR (rows per step), vec_c = vec_k = VEC."""
@@ -328,6 +356,9 @@ def constexprs(spec, target) -> dict:
         "TAPS_INNER": spec.mode == "taps",
         # mode "win<BW>": the window kernel (_dwconv_win), strips of BW output columns; bn is then
         # the exact filter width KX and bk the strips per step.
-        "WIN": spec.dwconv_window[0],
-        "WIN_ROWS": spec.dwconv_window[1],
+        "WIN": spec.dwconv_window.bw,
+        "WIN_ROWS": spec.dwconv_window.tr,
+        # mode "win<BW>[r<TR>][s<SW>][d<DL>]": stride and dilation along W, baked into the window
+        "WIN_SW": spec.dwconv_window.sw,
+        "WIN_DW": spec.dwconv_window.dl,
     }
