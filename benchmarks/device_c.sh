@@ -4,9 +4,10 @@
 #   presets CACHE.tar.xz        every cached candidate timed per corpus row (benchmarks/compare_presets.py):
 #                               the pruned default is judged against broad on those timings, here and later
 #   calib CACHE.tar.xz CSV...   every candidate of each CSV's problems timed (calibrate --dry-run), with
-#                               auto (run-from-cache, no tuned records, cuDNN beside) on the same cache
+#                               auto (run-from-cache, no tuned records, cuDNN beside) on the same cache;
+#                               `auto` / `all`: only the first / only the second
 #   verify CACHE.tar.xz CSV     run-from-cache --verify on a corpus-built cache: a kernel for every row
-#   dw DIR                      benchmarks/gpu_depthwise.py on the kernels exported under DIR (dws2.tar.xz)
+#   dw CACHE.tar.xz             benchmarks/gpu_depthwise.py run --only _s2_,dil2 on that cache (stride-2 window kernels)
 # Carried: .whl and the named exports.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -23,15 +24,19 @@ while [ $# -gt 0 ]; do
     python3 -m skwgrad cache import "$c" --cache /tmp/pc | tail -1
     timeout 300 python3 benchmarks/compare_presets.py --cache /tmp/pc --out $R/compare_presets.json > $R/compare_presets.log 2>&1
     echo "presets rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/compare_presets.log ;;
-  calib)
+  calib|auto|all)
     c=$1; shift
     rm -rf /tmp/cc; python3 -m skwgrad cache import "$c" --cache /tmp/cc | tail -1
     while [ $# -gt 0 ] && [[ $1 == *.csv ]]; do
       n=$(basename "$1" .csv)
-      timeout 150 python3 -m skwgrad run-from-cache --cache /tmp/cc --corpus "$1" --verify --bench --baseline cudnn --iters 30 \
-        --out $R/auto_$n.json > $R/auto_$n.log 2>&1; echo "auto $n rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/auto_$n.log
-      timeout 240 python3 -m skwgrad calibrate --cache /tmp/cc --dry-run --corpus "$1" --out $R/all_$n.json 2> $R/all_$n.log | tail -1
-      echo "all $n rc=$? $(( $(date +%s) - t0 )) s"
+      if [ $part != all ]; then
+        timeout 150 python3 -m skwgrad run-from-cache --cache /tmp/cc --corpus "$1" --verify --bench --baseline cudnn --iters 30 \
+          --out $R/auto_$n.json > $R/auto_$n.log 2>&1; echo "auto $n rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/auto_$n.log
+      fi
+      if [ $part != auto ]; then
+        timeout 240 python3 -m skwgrad calibrate --cache /tmp/cc --dry-run --corpus "$1" --out $R/all_$n.json 2> $R/all_$n.log | tail -1
+        echo "all $n rc=$? $(( $(date +%s) - t0 )) s"
+      fi
       shift
     done ;;
   verify)
@@ -39,10 +44,9 @@ while [ $# -gt 0 ]; do
     timeout 120 python3 -m skwgrad run-from-cache --cache /tmp/vc --corpus "$2" --verify --out $R/verify_$n.json > $R/verify_$n.log 2>&1
     echo "verify $n rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/verify_$n.log; shift 2 ;;
   dw)
-    d=$1; shift
-    mkdir -p /tmp/dw && tar -C /tmp/dw -xJf "$d"/dws2.tar.xz
-    timeout 200 python3 benchmarks/gpu_depthwise.py run --kernels /tmp/dw --out $R/depthwise.json --budget-s 170 > $R/depthwise.log 2>&1
-    echo "dw rc=$? $(( $(date +%s) - t0 )) s"; tail -30 $R/depthwise.log ;;
+    d=$1; shift; rm -rf /tmp/dwc; python3 -m skwgrad cache import "$d" --cache /tmp/dwc | tail -1
+    timeout 200 python3 benchmarks/gpu_depthwise.py run --cache /tmp/dwc --only _s2_,dil2 --out $R/depthwise_s2.json --budget-s 150 > $R/depthwise_s2.log 2>&1
+    echo "dw rc=$? $(( $(date +%s) - t0 )) s"; tail -30 $R/depthwise_s2.log ;;
   *) echo "unknown part $part"; exit 2 ;;
   esac
   tar -C $R -cJf $OUT/c.tar.xz .  # after every part: a later part's timeout loses nothing
