@@ -191,7 +191,8 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
             want = {3: "win7r3", 5: "win7", 7: "win7"}.get(s.bn)
             want = want + "s2" if want and s.mode.endswith("s2") and s.spatial_dims == 2 else want
             return (s.vec_c == w and s.mode == want and s.variant in ("direct", split)
-                    and (s.spatial_dims == 2 or s.bn == 3) and s.bm == 16 * get_arch(arch).wave_size // 32)  # fmt: skip
+                    and (s.spatial_dims == 2 or s.bn == 3) and s.bm == 16 * get_arch(arch).wave_size // 32
+                    and s.bk == (32 if s.mode.endswith("s2") and get_arch(arch).wave_size == 32 else 64))  # strips per step  # fmt: skip
         shape_ok = (s.spatial_dims == 2 and s.vec_c in (1, w)) or (s.spatial_dims == 3 and s.vec_c == w and s.bn == 32)
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")

@@ -99,7 +99,7 @@ from dataclasses import dataclass
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
 from skwgrad.abi.kernargs import SK_REDUCTIONS
-from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_window
 from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import SkwgradError
@@ -687,6 +687,12 @@ DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7", 64), 7: ("win7", 64)}
 # the same code: in broad/full only (cuDNN's dilated depthwise wgrad is slow: the gather kernels
 # already ran dw3x3 dilation 2 at 3.9x it).
 DWCONV_WINDOW_STRIDED = {3: ("win7r3s2", 64), 5: ("win7s2", 64), 7: ("win7s2", 64)}
+# On wave32 (sm_90) the stride-2 kernels take 32 strips per step, not 64: a stride-2 layer has a
+# quarter of the outputs and needs the smaller step to fill the SMs (H200 run C2: r32 fastest or
+# within 2% of the fastest on all 7 rows where both were timed, 3x3 and 5x5, up to 28% ahead at
+# 576ch 15x15 N=64; 7x7 follows unmeasured). Wave64 keeps 64: at 32 the gfx942/gfx950 ISA loses
+# its 16-byte channel-vector loads (tests/test_depthwise_compile.py), and no AMD GPU measured it.
+DWCONV_STRIDED_BR_WAVE32 = 32
 DWCONV_WINDOW_DILATED = {3: ("win7r3d2", 64)}
 
 
@@ -703,6 +709,8 @@ def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, str
     for x, (mode, bp) in configs:
         if dims == 3 and x != 3:
             continue
+        if dwconv_window(mode).sw > 1 and ARCHES[arch].wave_size == 32:
+            bp = DWCONV_STRIDED_BR_WAVE32
         for variant in variants:
             out.append(_dwconv_spec(variant, dtype, dw, x, (bc, bp, 4), dims=dims, vec=W, mode=mode))
     return out
