@@ -190,6 +190,7 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         if s.mode.startswith("win"):  # the window kernels: widths 3/5/7 in 2-D (stride 1 and 2 along W), 3 in 3-D, at W
             want = {3: "win7r3", 5: "win7", 7: "win7"}.get(s.bn)
             want = want + "s2" if want and s.mode.endswith("s2") and s.spatial_dims == 2 else want
+            want = "win7r3d2" if s.mode == "win7r3d2" and s.bn == 3 and s.spatial_dims == 2 else want  # dilation 2: 3-wide only
             return (s.vec_c == w and s.mode == want and s.variant in ("direct", split)
                     and (s.spatial_dims == 2 or s.bn == 3) and s.bm == 16 * get_arch(arch).wave_size // 32
                     and s.bk == (32 if s.mode.endswith("s2") and get_arch(arch).wave_size == 32 else 64))  # strips per step  # fmt: skip
@@ -257,7 +258,7 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
             (s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad"}
     dense = ("wgrad", "wgrad_sk", "stage2")
     assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 263, "gfx950": 249, "sm_90": 263}
-    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 40 + 30 for a in ARCHES)  # + window kernels (stride 1, stride 2)
+    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 40 + 30 + 10 for a in ARCHES)  # + window kernels (stride 1, stride 2, dilation 2)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
     assert {(s.bm, s.bn) for s in specs(default_all) if s.family in dense} <= {(s.bm, s.bn) for s in specs(broad_all)}
