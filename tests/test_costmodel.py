@@ -111,7 +111,7 @@ def test_model_json_roundtrip_and_refusals():
     back = M.CostModel.from_json(m.to_json())
     assert (back.arch, back.constants, back.samples, back.fit_error) == (m.arch, m.constants, 12, 0.1)
     d = json.loads(m.to_json())
-    for bad in ({**d, "version": 2}, {**d, "terms": d["terms"][:-1]}, {**d, "constants": d["constants"][:-1]},
+    for bad in ({**d, "version": M.MODEL_VERSION + 1}, {**d, "version": 1, "terms": d["terms"][:13]}, {**d, "terms": d["terms"][:-1]}, {**d, "constants": d["constants"][:-1]},
                 {**d, "constants": [-1.0] * len(M.TERMS)}, {**d, "constants": ["x"] * len(M.TERMS)}, [1, 2]):  # fmt: skip
         with pytest.raises(ProblemError):
             M.CostModel.from_json(json.dumps(bad))
@@ -134,3 +134,93 @@ def test_offline_occupancy_follows_the_arch_limits():
     assert M.offline_occupancy({"threads": 1024, "shared": 0}, "sm_90") == 1
     assert M.offline_occupancy({"threads": 256, "shared": 65536, "amd": {"vgpr_count": 64}}, "gfx942") == 1  # 64 KiB LDS
     assert M.offline_occupancy({"threads": 128}, "no-such-arch") == 1
+
+
+def _spec(family, variant, p, bm=64, bn=128, bk=64, warps=4, mode="", **kw):
+    return KernelSpec(family, variant, p.dtype, p.dw_dtype, vec_c=kw.pop("vec_c", 8), vec_k=kw.pop("vec_k", 8), bm=bm, bn=bn,
+                      bk=bk, num_warps=warps, num_stages=3, mode=mode, **kw)  # fmt: skip
+
+
+def test_mma_chain_is_per_warp_and_fp32_has_its_own_rate():
+    p = PROBLEMS[0]
+    small, big = _spec("wgrad", "direct", p), _spec("wgrad", "direct", p, bm=128, warps=8)
+    ts = [M.terms(p, s, launch_geometry(p, "wgrad", "direct", bm=s.bm, bn=s.bn, bk=s.bk), arch="sm_90", compute_units=132,
+                  occupancy=1) for s in (small, big)]  # fmt: skip
+    per_iter = [t.as_dict()["main_mac"] / t.path_iters for t in ts]
+    assert per_iter[0] > 0 and per_iter[0] == pytest.approx(per_iter[1])  # 128x128 on 8 warps: each warp chains 64x128's share
+    shared = [t.as_dict()["main_mac_shared"] / t.path_iters for t in ts]
+    assert shared[0] > 0 and shared[1] == pytest.approx(2 * shared[0])  # ...but the CU does twice the matrix work
+    pf = parse_problem("n=8,c=64,k=64,h=28,w=28,y=3,x=3,padding=1,dtype=fp32")
+    for prec, cost in (("tf32", 2.0), ("ieee", 15.0)):
+        s = KernelSpec("wgrad", "direct", "fp32", "fp32", vec_c=4, vec_k=4, bm=64, bn=128, bk=32, num_warps=4, num_stages=3,
+                       precision=prec)  # fmt: skip
+        d = M.terms(pf, s, launch_geometry(pf, "wgrad", "direct", bm=64, bn=128, bk=32), arch="sm_90", compute_units=132,
+                    occupancy=1).as_dict()  # fmt: skip
+        # fp32 inputs: matrix work on the fp32 term only, at the arch's tf32/ieee cost ratio
+        assert d["main_mac_shared"] == 0
+        assert d["main_mac_fp32_shared"] == pytest.approx(cost * 64 * 128 * 32 / 65536 * d["main_iter"])
+    assert ts[0].as_dict()["main_mac_fp32_shared"] == 0
+
+
+def test_stage2_chain_grows_with_the_replicas_and_prices_many_splits_of_a_small_dw():
+    p = parse_problem("n=32,c=64,k=64,h=56,w=56,y=1,x=1")  # one 64x128 tile, a 16 KiB dW: Stage-2 is one CTA
+    s = _spec("wgrad", "two_stage", p)
+    geos = {ks: launch_geometry(p, "wgrad", "two_stage", bm=64, bn=128, bk=64, ks_count=ks) for ks in (8, 32, 128)}
+    ds = {ks: M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=2).as_dict() for ks, g in geos.items()}
+    # one wave of Stage-2 CTAs: the chain is the replica count (128 asked resolves to 121 non-empty splits)
+    assert [ds[k]["stage2_chain"] for k in (8, 32, 128)] == [float(geos[k].ks_count) for k in (8, 32, 128)] == [8.0, 32.0, 121.0]
+    big = parse_problem("n=8,c=512,k=512,h=14,w=14,y=3,x=3,padding=1")  # 2.4 M dW elements: 2304 Stage-2 CTAs
+    g = launch_geometry(big, "wgrad", "two_stage", bm=64, bn=128, bk=64, ks_count=2)
+    d = M.terms(big, _spec("wgrad", "two_stage", big), g, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    assert d["stage2_chain"] == 2 * math.ceil(g.stage2_grid / (132 * M.STAGE2_CTAS_PER_CU)) == 6
+    direct = M.terms(p, _spec("wgrad", "direct", p), launch_geometry(p, "wgrad", "direct", bm=64, bn=128, bk=64),
+                     arch="sm_90", compute_units=132, occupancy=2).as_dict()  # fmt: skip
+    assert direct["stage2_chain"] == 0 and direct["stage2"] == 0
+    # the workspace replica is read and zeroed again by Stage-2: twice its bytes, plus dW's
+    sk = _spec("wgrad_sk", "workspace", p, mode="dp_sk")
+    gw = launch_geometry(p, "wgrad_sk", "workspace", bm=64, bn=128, bk=64, mode="dp_sk", pool=132)
+    dw = M.terms(p, sk, gw, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    assert dw["stage2"] == pytest.approx((2 * 4 + 2) * p.dw_numel / 1048576) and dw["stage2_chain"] == 1
+    # a model pricing only the chain ranks fewer splits first
+    m = M.CostModel("sm_90", tuple(1.0 if t == "stage2_chain" else 0.0 for t in M.TERMS))
+    preds = [m.predict(M.terms(p, s, geos[k], arch="sm_90", compute_units=132, occupancy=2)) for k in (8, 32, 128)]
+    assert preds == sorted(preds) and preds[0] < preds[-1]
+
+
+def test_l2_refetch_prices_stream_k_only_once_the_inputs_outgrow_the_l2():
+    small = parse_problem("n=8,c=128,k=128,h=32,w=32,y=3,x=3,padding=1")  # 4 MiB of x + dy: fits
+    large = parse_problem("n=4,c=128,k=128,h=256,w=256,y=3,x=3,padding=1")  # 128 MiB: does not
+    for p, fits in ((small, True), (large, False)):
+        sk = _spec("wgrad_sk", "workspace", p, bm=128, warps=8, mode="dp_sk")
+        g = launch_geometry(p, "wgrad_sk", "workspace", bm=128, bn=128, bk=64, mode="dp_sk", pool=132)
+        d = M.terms(p, sk, g, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+        assert (d["l2_refetch"] == 0) == fits
+        sp = _spec("wgrad", "two_stage", p, bm=128, warps=8)
+        gs = launch_geometry(p, "wgrad", "two_stage", bm=128, bn=128, bk=64, ks_count=44)
+        assert M.terms(p, sp, gs, arch="sm_90", compute_units=132, occupancy=1).as_dict()["l2_refetch"] == 0
+    # the refetched bytes: the SK tiles' reads beyond one pass over x and dy, times the L2's miss share
+    foot = (large.x_numel + large.dy_numel) * 2
+    t = large.tiling(128, 128, 64)
+    want = (t.num_tiles * t.iters_per_tile * 64 * 256 * 2 - foot) * (1 - M.L2_BYTES["sm_90"] / foot) / 1048576 / 132
+    assert d["l2_refetch"] == pytest.approx(want)
+    # a larger last-level cache (MI300X's 256 MiB) holds it
+    assert M.terms(large, sk, g, arch="gfx942", compute_units=304, occupancy=1).as_dict()["l2_refetch"] == 0
+
+
+def test_fit_keeps_the_prior_for_terms_no_sample_exercises():
+    rng = random.Random(11)
+    truth = M.CostModel("sm_90", tuple(rng.uniform(0.01, 1.0) for _ in M.TERMS))
+    samples = [(t, truth.predict(t)) for p, s, geo in _launches() for t in [M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=2)]]
+    unseen = [n for i, n in enumerate(M.TERMS) if all(t.values[i] == 0 for t, _ in samples)]
+    assert "main_mac_fp32_shared" in unseen and "fixed_sk_atomic" in unseen  # bf16 launches, no atomic reduction
+    prior = M.CostModel("sm_90", tuple(7.0 + i for i in range(len(M.TERMS))), source="prior")
+    fitted = M.fit(samples, arch="sm_90", prior=prior)
+    for i, n in enumerate(M.TERMS):
+        if n in unseen:
+            assert fitted.constants[i] == prior.constants[i]
+    assert set(fitted.kept) == set(unseen)
+    assert max(abs(fitted.predict(t) / us - 1) for t, us in samples) < 1e-6
+    assert M.CostModel.from_json(fitted.to_json()).kept == fitted.kept
+    # default prior: the arch's built-in constants
+    assert M.fit(samples, arch="sm_90").constants[M.TERMS.index("main_mac_fp32_shared")] == M.builtin("sm_90").constants[
+        M.TERMS.index("main_mac_fp32_shared")]  # fmt: skip

@@ -10,13 +10,24 @@ co-residency on a CU and the CU count):
              (``r``: CTAs resident per CU, at most the kernel's occupancy). The critical path is
              ``path_iters`` iterations (the longest CTA, or whole waves of the grid, whichever is
              longer: the wave quantization). One iteration of a CTA costs a fixed latency
-             (``main_iter``), the MMA chain of its tile (``main_mac``), and the CU's throughput
-             shared by the ``r`` resident CTAs: matrix work, vector loads issued and bytes read
-             (``main_mac_shared``, ``main_loads_shared``, ``main_bytes_shared``).
+             (``main_iter``), the MMA chain of one warp (``main_mac``: its share of the tile, so a
+             128x128 tile on 8 warps chains as long as a 64x128 one on 4), and the CU's throughput
+             shared by the ``r`` resident CTAs: matrix work (``main_mac_shared`` for 16-bit
+             inputs, ``main_mac_fp32_shared`` for fp32 inputs, whose tf32/ieee MMA path is fitted
+             rather than assumed from peak rates), vector loads issued and bytes read
+             (``main_loads_shared``, ``main_bytes_shared``).
 ``epilogue`` tile stores on the critical path (one per wave of CTAs), in the bytes they write.
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
              tree: one per round), and the atomic adds of the workspace reduction.
-``stage2``   the Stage-2 reduce: bytes of replicas it reads and of dW it writes.
+``stage2``   the Stage-2 reduce: bytes of replicas it reads (and zeroes again, for the workspace
+             replica) and of dW it writes; ``stage2_chain``: its latency chain, since each thread
+             sums the replicas one after the other (replicas x waves of Stage-2 CTAs): many
+             splits of a small dW cost far more than their bytes say.
+``l2_refetch`` stream-K's inputs read again from memory: the SK tiles' CTAs walk the reduction at
+             staggered offsets, so once x and dy outgrow the L2 (``L2_BYTES``) the rows one tile
+             read are gone when the next one needs them (split-K runs the tiles of one split
+             together and shares them). MiB per CU beyond the compulsory traffic, scaled by the
+             share of the footprint the L2 cannot hold.
 ``launch``   per kernel launched (the main kernel, Stage-2, the dW zeroing of atomic).
 ``dram``     the compulsory traffic of x and dy, device-wide.
 ``main_spill`` spill traffic: the stack bytes per thread beyond ``SPILL_FREE_BYTES``, per
@@ -42,7 +53,7 @@ from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.launch import LaunchGeometry
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 1
+MODEL_VERSION = 2  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
@@ -53,6 +64,7 @@ CLASSES = (
 TERMS = (
     "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
+    "main_mac_fp32_shared", "stage2_chain", "l2_refetch",
     *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -65,6 +77,11 @@ MAC_COST = {
     "gfx950": {"": 1.0, "tf32": 2.0, "ieee": 16.0},
 }
 MODELLED_FAMILIES = ("wgrad", "wgrad_sk", "grouped")  # grouped: split-K on the packed problem
+# Last-level cache the CUs share, per arch (H200: 50 MiB L2; MI300X / MI355X: 256 MiB Infinity
+# Cache). Only the l2_refetch term reads it.
+L2_BYTES = {"sm_90": 50 << 20, "gfx942": 256 << 20, "gfx950": 256 << 20}
+# Stage-2 CTAs (STAGE2_BLOCK elements, 4 warps) one CU runs at a time, for the chain's waves.
+STAGE2_CTAS_PER_CU = 8
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,9 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
 
     elt = DTYPE_BYTES[problem.dtype]
     out = DTYPE_BYTES[problem.dw_dtype]
-    mac = spec.bm * spec.bn * spec.bk * _spec_mac_cost(arch, spec) / 65536.0  # per 64x64x16... scaled
+    mac = spec.bm * spec.bn * spec.bk * _spec_mac_cost(arch, spec) / 65536.0  # a 64x128x64 tile: 8 units
+    mac_warp = mac * 4 / max(1, spec.num_warps)  # one warp's share, in units of a 4-warp tile's
+    fp32_in = spec.dtype == "fp32"
     loads = spec.bk * (spec.bm / max(1, spec.vec_k) + spec.bn / max(1, spec.vec_c)) / 1024.0
     nbytes = spec.bk * (spec.bm + spec.bn) * elt / 1024.0  # KiB per CTA-iteration
     tile_out = spec.bm * spec.bn
@@ -139,18 +158,27 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
             fix_atomic = 2 * tile_out * resident / 1024.0  # a CTA's segments touch at most two tiles
     elif v == "atomic":  # split-K atomic: every split adds its tile into dW
         fix_atomic = waves * tile_out * resident / 1024.0
-    stage2_bytes = 0.0
+    stage2_bytes = stage2_chain = 0.0
     launches = 1
     if geo.workspace.needs_stage2:
         launches += 1
-        stage2_bytes = (geo.workspace.replicas * problem.dw_numel * 4 + problem.dw_numel * out) / 1048576.0
+        reps = geo.workspace.replicas
+        stage2_bytes = (reps * (2 if geo.workspace.stage2_reset else 1) * problem.dw_numel * 4 + problem.dw_numel * out) / 1048576.0
+        stage2_chain = float(reps * math.ceil(geo.stage2_grid / (cus * STAGE2_CTAS_PER_CU)))
     if v == "atomic":
         launches += 1  # dW zeroed before the kernel
-    dram = (problem.x_numel + problem.dy_numel) * elt / 1048576.0 / cus
+    footprint = (problem.x_numel + problem.dy_numel) * elt
+    dram = footprint / 1048576.0 / cus
+    refetch = 0.0
+    if spec.family == "wgrad_sk" and part.sk_ctas:
+        miss = max(0.0, 1.0 - L2_BYTES.get(arch, L2_BYTES["sm_90"]) / footprint)
+        read = part.sk_tiles * ipt * spec.bk * (spec.bm + spec.bn) * elt  # the SK CTAs' loads, all tiles
+        refetch = max(0.0, read - footprint * part.sk_tiles / tiles) * miss / 1048576.0 / cus
     values = (
-        float(path), path * mac, path * mac * resident, path * loads * resident, path * nbytes * resident,
-        epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
+        float(path), path * mac_warp, 0.0 if fp32_in else path * mac * resident, path * loads * resident,
+        path * nbytes * resident, epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
         path * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0 * resident,
+        path * mac * resident if fp32_in else 0.0, stage2_chain, refetch,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
     )  # fmt: skip
     return Terms(values, resident, path)
@@ -166,6 +194,7 @@ class CostModel:
     source: str = "builtin"
     samples: int = 0
     fit_error: float = 0.0  # geomean |pred/measured - 1| over the fitted samples
+    kept: tuple = ()  # terms no fitted sample exercised: their constants are the prior's
 
     def __post_init__(self):
         if len(self.constants) != len(TERMS):
@@ -183,7 +212,8 @@ class CostModel:
 
     def to_json(self) -> str:
         return json.dumps({"version": MODEL_VERSION, "arch": self.arch, "terms": list(TERMS), "constants": list(self.constants),
-                           "source": self.source, "samples": self.samples, "fit_error": self.fit_error}, sort_keys=True)  # fmt: skip
+                           "source": self.source, "samples": self.samples, "fit_error": self.fit_error,
+                           "kept": list(self.kept)}, sort_keys=True)  # fmt: skip
 
     @classmethod
     def from_json(cls, text: str, *, source: str | None = None) -> "CostModel":
@@ -193,7 +223,8 @@ class CostModel:
             if not isinstance(d, dict) or d.get("version") != MODEL_VERSION or list(d.get("terms", ())) != list(TERMS):
                 raise ValueError("another model version or term list")
             return cls(str(d["arch"]), tuple(float(c) for c in d["constants"]), source=source or str(d.get("source", "cache")),
-                       samples=int(d.get("samples", 0)), fit_error=float(d.get("fit_error", 0.0)))  # fmt: skip
+                       samples=int(d.get("samples", 0)), fit_error=float(d.get("fit_error", 0.0)),
+                       kept=tuple(str(k) for k in d.get("kept", ()) if k in TERMS))  # fmt: skip
         except (ValueError, TypeError, KeyError) as e:
             raise ProblemError(f"not a cost model of version {MODEL_VERSION}: {e}") from None
 
@@ -231,9 +262,13 @@ def nnls(a, b, *, iters: int = 0):
     return x
 
 
-def fit(samples, *, arch: str, weights=None) -> CostModel:
+def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None) -> CostModel:
     """Fit the constants to ``samples``: (Terms, measured microseconds) pairs, minimising the
-    relative error (each row scaled by 1/measured), optionally weighted per sample."""
+    relative error (each row scaled by 1/measured), optionally weighted per sample.
+
+    A term that no sample exercises (say the fp32 matrix rate, after a calibration of bf16
+    shapes only) cannot be fitted: it keeps the ``prior``'s constant (default: the arch's
+    built-in one), so the fitted model still prices it; those terms are named in ``kept``."""
     import numpy as np
 
     samples = [(t, float(us)) for t, us in samples if us and us > 0 and math.isfinite(us)]
@@ -243,13 +278,19 @@ def fit(samples, *, arch: str, weights=None) -> CostModel:
     y = np.array([us for _, us in samples], dtype=float)
     w = np.ones(len(samples)) if weights is None else np.asarray(weights, dtype=float)
     scale = w / y
+    unseen = ~(np.abs(a) > 0).any(axis=0)
+    base = np.array((prior or builtin(arch)).constants, dtype=float)
+    fixed = np.where(unseen, base, 0.0)
     # columns normalised so the solver sees comparable magnitudes; constants scaled back
-    norm = np.abs(a * scale[:, None]).max(axis=0)
+    a_s = a * scale[:, None]
+    norm = np.abs(a_s).max(axis=0)
     norm[norm == 0] = 1.0
-    x = nnls(a * scale[:, None] / norm, w) / norm
+    x = nnls(a_s / norm, w - a_s @ fixed) / norm
+    x = np.where(unseen, base, x)
     pred = a @ x
     err = float(np.exp(np.mean(np.log(np.maximum(np.abs(pred / y - 1.0), 1e-6)))))
-    return CostModel(arch, tuple(float(c) for c in x), source="fit", samples=len(samples), fit_error=err)
+    return CostModel(arch, tuple(float(c) for c in x), source="fit", samples=len(samples), fit_error=err,
+                     kept=tuple(n for n, u in zip(TERMS, unseen) if u))  # fmt: skip
 
 
 # -- constants ----------------------------------------------------------------------------------
@@ -259,11 +300,22 @@ def fit(samples, *, arch: str, weights=None) -> CostModel:
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01, run B1: every search-space candidate of 60 shapes (the corpus, the
     # unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv) timed with a held stream
-    # (1652 timings, geomean |error| 10.9%). Cross-validated by shape set, auto is within
-    # 5% of the fastest on 46 of 60 rows (benchmarks/results/costmodel_fit_b1_2026-12-01.json).
-    "sm_90": (0.149098, 0.00241233, 0.0100019, 0.126736, 0, 0.0496991, 0.700864, 0.00900989, 0.0914583, 0.416628, 0, 13.3477, 3.41351, 2.91501, 14.2532, 0, 7.82581, 0, 5.66822, 0),
+    # (1652 timings, geomean |error| 7.7%). Cross-validated by shape set (fit on two sets, auto on
+    # the third), auto is within 5% of the fastest on 50 of 60 rows, geomean 1.024
+    # (benchmarks/results/costmodel_fit_c_2026-12-01.json). main_mac and main_mac_shared fit to 0:
+    # on this part the 16-bit main loop is priced by its per-iteration latency and its loads.
+    "sm_90": (0.241375, 0, 0, 0.131826, 0.0018405, 0.0472554, 0.649632, 0.0109198, 0.177466, 0.469056, 0, 3.24338, 3.34512,
+              0.0284798, 0.29735, 4.25566, 3.04637, 4.02659, 0, 7.89271, 0, 4.00287, 0),
 }
-_PRIOR_SCALE = {"gfx942": 0.8, "gfx950": 0.5}  # bf16 matrix peak of sm_90 / the arch's
+# bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
+# chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
+# until the first calibration on the device replaces it.
+_PRIOR_SCALE = {"gfx942": 0.8, "gfx950": 0.5}
+
+
+def default_prior(arch: str) -> CostModel:
+    """The physically plausible starting constants (no measurement behind them)."""
+    return CostModel(arch, _DEFAULT_PRIOR, source="prior")
 
 
 def builtin(arch: str) -> CostModel:
@@ -279,6 +331,7 @@ _DEFAULT_PRIOR = (
     0.02, 0.01, 0.005, 0.01, 0.002,  # main loop
     0.01, 0.5, 0.02, 0.01,  # epilogue, fix-up
     0.3, 3.0, 0.25, 0.05,  # stage2 (per MiB), launch, dram (per MiB per CU), spill
+    0.03, 0.3, 25.0,  # fp32-input matrix work, Stage-2 chain (per replica and wave), L2 refetch (per MiB per CU)
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
@@ -306,4 +359,5 @@ def offline_occupancy(metadata: dict, arch: str) -> int:
     return max(1, min(fits + [32]))
 
 
-__all__ = ["TERMS", "MODEL_VERSION", "Terms", "CostModel", "terms", "fit", "nnls", "builtin", "offline_occupancy", "MODELLED_FAMILIES"]
+__all__ = ["TERMS", "MODEL_VERSION", "Terms", "CostModel", "terms", "fit", "nnls", "builtin", "default_prior", "offline_occupancy",
+           "MODELLED_FAMILIES", "L2_BYTES"]  # fmt: skip
