@@ -224,3 +224,16 @@ def test_fit_keeps_the_prior_for_terms_no_sample_exercises():
     # default prior: the arch's built-in constants
     assert M.fit(samples, arch="sm_90").constants[M.TERMS.index("main_mac_fp32_shared")] == M.builtin("sm_90").constants[
         M.TERMS.index("main_mac_fp32_shared")]  # fmt: skip
+
+
+def test_epilogue_counts_the_stores_of_every_co_resident_cta():
+    p = parse_problem("n=16,c=320,k=80,h=20,w=20,y=3,x=3,stride=2,padding=1")
+    s = _spec("wgrad", "two_stage", p)
+    g = launch_geometry(p, "wgrad", "two_stage", bm=64, bn=128, bk=64, ks_count=5)  # 230 CTAs: two per SM
+    one, two = (M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=o) for o in (1, 2))
+    assert (one.resident, two.resident) == (1, 2)
+    # at one per SM the grid runs in two waves, at two per SM in one wave of twice the stores per SM
+    assert one.as_dict()["epilogue"] == two.as_dict()["epilogue"] == 2 * 64 * 128 * 4 / 1024
+    big = _spec("wgrad", "two_stage", p, bm=128, warps=8)
+    gb = launch_geometry(p, "wgrad", "two_stage", bm=128, bn=128, bk=64, ks_count=5)  # 115 CTAs, one per SM
+    assert M.terms(p, big, gb, arch="sm_90", compute_units=132, occupancy=1).as_dict()["epilogue"] == 128 * 128 * 4 / 1024

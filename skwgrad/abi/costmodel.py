@@ -16,7 +16,8 @@ co-residency on a CU and the CU count):
              inputs, ``main_mac_fp32_shared`` for fp32 inputs, whose tf32/ieee MMA path is fitted
              rather than assumed from peak rates), vector loads issued and bytes read
              (``main_loads_shared``, ``main_bytes_shared``).
-``epilogue`` tile stores on the critical path (one per wave of CTAs), in the bytes they write.
+``epilogue`` tile stores on the critical path (one per wave of CTAs), in the bytes they write,
+             times the ``r`` co-resident CTAs whose stores leave the same CU.
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
              tree: one per round), and the atomic adds of the workspace reduction.
 ``stage2``   the Stage-2 reduce: bytes of replicas it reads (and zeroes again, for the workspace
@@ -145,7 +146,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
 
     v = spec.variant
     partial = 4 if v in ("two_stage", "atomic", "workspace", "linear", "tree") else out
-    epilogue = waves * tile_out * partial / 1024.0
+    epilogue = waves * tile_out * partial * resident / 1024.0  # the co-resident CTAs' stores share the CU
     fix_serial = fix_bytes = fix_atomic = 0.0
     if spec.family == "wgrad_sk" and part.sk_ctas:
         if v == "linear":
@@ -301,11 +302,11 @@ _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01, run B1: every search-space candidate of 60 shapes (the corpus, the
     # unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv) timed with a held stream
     # (1652 timings, geomean |error| 7.7%). Cross-validated by shape set (fit on two sets, auto on
-    # the third), auto is within 5% of the fastest on 50 of 60 rows, geomean 1.024
+    # the third), auto is within 5% of the fastest on 52 of 60 rows, geomean 1.021
     # (benchmarks/results/costmodel_fit_c_2026-12-01.json). main_mac and main_mac_shared fit to 0:
     # on this part the 16-bit main loop is priced by its per-iteration latency and its loads.
-    "sm_90": (0.241375, 0, 0, 0.131826, 0.0018405, 0.0472554, 0.649632, 0.0109198, 0.177466, 0.469056, 0, 3.24338, 3.34512,
-              0.0284798, 0.29735, 4.25566, 3.04637, 4.02659, 0, 7.89271, 0, 4.00287, 0),
+    "sm_90": (0.289682, 0, 0, 0.131997, 0.000473529, 0.0510834, 0.628906, 0.0114777, 0.118077, 0.405326, 0, 2.61639, 3.34123,
+              0.0288449, 0.293523, 4.30124, 2.65793, 2.58426, 0, 7.12047, 0, 4.66384, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
