@@ -114,8 +114,9 @@ def fit_files(paths, cache, stack=None):
     shipped constants (which were fitted on every set, the held-out one too)."""
     rows, meta = load(paths)
     arch = next(iter(meta.values()))[1]
-    return fit([s for _, _, ss in samples(rows, meta, cache, stack).values() for s in ss], arch=arch,
-               prior=default_prior(arch))  # fmt: skip
+    per = samples(rows, meta, cache, stack)
+    return fit([s for _, _, ss in per.values() for s in ss], arch=arch, prior=default_prior(arch),
+               groups=[prob for prob, (_, _, ss) in per.items() for _ in ss])  # fmt: skip
 
 
 def _miss_line(r) -> str:
@@ -229,7 +230,7 @@ def main():
     train_rows, train_meta = load(a.train)
     tsamp = samples(train_rows, train_meta, cache, stack)
     arch = next(iter(train_meta.values()))[1]
-    model = fit([s for _, _, ss in tsamp.values() for s in ss], arch=arch)
+    model = fit([s for _, _, ss in tsamp.values() for s in ss], arch=arch, groups=[prob for prob, (_, _, ss) in tsamp.items() for _ in ss])
     doc = {"model": json.loads(model.to_json()), "train": [Path(p).name for p in a.train], "sets": {}}
     for path in a.train + a.eval:
         rows, meta = load([path])

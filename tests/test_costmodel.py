@@ -237,3 +237,26 @@ def test_epilogue_counts_the_stores_of_every_co_resident_cta():
     big = _spec("wgrad", "two_stage", p, bm=128, warps=8)
     gb = launch_geometry(p, "wgrad", "two_stage", bm=128, bn=128, bk=64, ks_count=5)  # 115 CTAs, one per SM
     assert M.terms(p, big, gb, arch="sm_90", compute_units=132, occupancy=1).as_dict()["epilogue"] == 128 * 128 * 4 / 1024
+
+
+def test_ranking_weights_favour_each_problems_fastest_and_the_fit_follows_them():
+    w = M.ranking_weights([10.0, 11.0, 20.0, 5.0, 5.0], ["a", "a", "a", "b", "b"])
+    assert w[0] == w[3] == w[4] == pytest.approx(1 + M.RANK_FLOOR)
+    assert w[0] > w[1] > w[2] >= M.RANK_FLOOR and w[1] == pytest.approx(M.RANK_FLOOR + math.exp(-0.1 / M.RANK_TAU))
+    # two problems, each with a fast and a slow candidate; the truth has a cost the terms cannot
+    # express on the slow ones (an extra 30%): weighted by groups, the fit prices the fast ones right
+    p = PROBLEMS[0]
+    launches = [x for x in _launches() if x[0] is p]
+    truth = M.CostModel("sm_90", tuple(0.2 if t in ("main_iter", "main_loads_shared", "epilogue") else 0.0 for t in M.TERMS))
+    samples, groups = [], []
+    for (pp, s, geo), occ in itertools.product(launches, (1, 2)):
+        t = M.terms(pp, s, geo, arch="sm_90", compute_units=132, occupancy=occ)
+        samples.append((t, truth.predict(t)))
+        groups.append("p")
+    times = [us for _, us in samples]
+    fast = min(range(len(times)), key=times.__getitem__)
+    skewed = [(t, us if i == fast else us * 1.3) for i, (t, us) in enumerate(samples)]
+    plain = M.fit(skewed, arch="sm_90", prior=M.default_prior("sm_90"))
+    ranked = M.fit(skewed, arch="sm_90", prior=M.default_prior("sm_90"), groups=groups)
+    err = lambda m: abs(m.predict(skewed[fast][0]) / skewed[fast][1] - 1)  # noqa: E731
+    assert err(ranked) < err(plain)
