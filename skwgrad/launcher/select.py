@@ -680,8 +680,9 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
 def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=True, remember_tuned=True, on_problem=None,
               hold=None) -> dict:  # fmt: skip
     """Time the whole search space of every problem (remembering each fastest choice unless
-    ``remember_tuned`` is off), fit the cost model's constants to all the dense timings and store
-    them with the cache (``remember``).
+    ``remember_tuned`` is off), fit the cost model's constants to all the dense timings (weighted
+    toward each problem's fastest candidates, ``costmodel.ranking_weights``; a term no timing
+    exercises keeps the built-in constant) and store them with the cache (``remember``).
     Returns the model and, per problem, the fastest choice and the one the fitted model ranks first
     (with both measured times)."""
     arch, cus = backend.arch, backend.compute_units
