@@ -260,3 +260,27 @@ def test_ranking_weights_favour_each_problems_fastest_and_the_fit_follows_them()
     ranked = M.fit(skewed, arch="sm_90", prior=M.default_prior("sm_90"), groups=groups)
     err = lambda m: abs(m.predict(skewed[fast][0]) / skewed[fast][1] - 1)  # noqa: E731
     assert err(ranked) < err(plain)
+
+
+def test_ranking_weights_are_relative_to_the_fastest_of_any_family():
+    # a depthwise problem: its dense candidates (1000+ us) lose to a 30 us depthwise kernel, so
+    # they weigh the floor, not 1 + floor for the fastest dense one
+    w = M.ranking_weights([1000.0, 1200.0, 10.0], ["dw", "dw", "dense"], fastest={"dw": 30.0})
+    assert w[0] == w[1] == pytest.approx(M.RANK_FLOOR) and w[2] == pytest.approx(1 + M.RANK_FLOOR)
+
+
+def test_atomic_adds_are_priced_device_wide():
+    p = parse_problem("n=48,c=160,k=80,h=40,w=40,y=1,x=1,stride=2,dtype=fp16,dw_dtype=fp32")
+    for bm, warps in ((64, 4), (128, 8)):
+        s = _spec("wgrad_sk", "workspace", p, bm=bm, warps=warps, mode="dp_sk")
+        for pool in (132, 264):
+            g = launch_geometry(p, "wgrad_sk", "workspace", bm=bm, bn=128, bk=64, mode="dp_sk", pool=pool)
+            part = g.partition
+            ds = [M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=o).as_dict()["fixup_atomic"] for o in (1, 2)]
+            # every SK segment adds one partial tile: (CTAs + tile boundaries) x BM x BN, per CU;
+            # co-residency does not change the count
+            assert ds[0] == ds[1] == pytest.approx((part.sk_ctas + part.sk_tiles) * bm * 128 / 1024 / 132)
+    sp = _spec("wgrad", "atomic", p)
+    g = launch_geometry(p, "wgrad", "atomic", bm=64, bn=128, bk=64, ks_count=30)
+    assert M.terms(p, sp, g, arch="sm_90", compute_units=132, occupancy=2).as_dict()["fixup_atomic"] == pytest.approx(
+        g.grid * 64 * 128 / 1024 / 132)  # fmt: skip

@@ -19,7 +19,9 @@ co-residency on a CU and the CU count):
 ``epilogue`` tile stores on the critical path (one per wave of CTAs), in the bytes they write,
              times the ``r`` co-resident CTAs whose stores leave the same CU.
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
-             tree: one per round), and the atomic adds of the workspace reduction.
+             tree: one per round); ``fixup_atomic``: the atomic adds of the workspace / atomic
+             reductions, device-wide per CU (K elements): the L2 executes them and the issuing
+             CTA does not wait, so what costs is their throughput, not one CTA's latency.
 ``stage2``   the Stage-2 reduce: bytes of replicas it reads (and zeroes again, for the workspace
              replica) and of dW it writes; ``stage2_chain``: its latency chain, since each thread
              sums the replicas one after the other (replicas x waves of Stage-2 CTAs): many
@@ -156,9 +158,10 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
             fix_serial = part.tree_rounds
             fix_bytes = part.tree_rounds * tile_out * 4 / 1024.0
         elif v in ("workspace", "atomic"):
-            fix_atomic = 2 * tile_out * resident / 1024.0  # a CTA's segments touch at most two tiles
+            # every SK segment (one per CTA, plus one per tile boundary inside the SK range) adds its partial
+            fix_atomic = (part.sk_ctas + part.sk_tiles) * tile_out / 1024.0 / cus
     elif v == "atomic":  # split-K atomic: every split adds its tile into dW
-        fix_atomic = waves * tile_out * resident / 1024.0
+        fix_atomic = grid * tile_out / 1024.0 / cus
     stage2_bytes = stage2_chain = 0.0
     launches = 1
     if geo.workspace.needs_stage2:
@@ -270,20 +273,23 @@ RANK_TAU = 0.10
 RANK_FLOOR = 0.10
 
 
-def ranking_weights(times, groups) -> list:
-    """Per sample: ``RANK_FLOOR + exp(-(t / fastest of its group - 1) / RANK_TAU)``; ``groups``
-    names each sample's problem."""
-    best: dict = {}
+def ranking_weights(times, groups, fastest=None) -> list:
+    """Per sample: ``RANK_FLOOR + exp(-(t / t_fastest - 1) / RANK_TAU)``; ``groups`` names each
+    sample's problem, ``fastest`` (problem -> us) its fastest candidate of any family (default:
+    the fastest sample of the group). A dense candidate of a problem that another family runs
+    far faster (a depthwise one) then weighs the floor: ranking never has to order it."""
+    best: dict = dict(fastest or {})
     for t, g in zip(times, groups):
         best[g] = min(best.get(g, math.inf), t)
     return [RANK_FLOOR + math.exp(-(t / best[g] - 1.0) / RANK_TAU) for t, g in zip(times, groups)]
 
 
-def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, groups=None) -> CostModel:
+def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, groups=None, fastest=None) -> CostModel:
     """Fit the constants to ``samples``: (Terms, measured microseconds) pairs, minimising the
     relative error (each row scaled by 1/measured), optionally weighted per sample. ``groups``
-    (the problem of each sample) weighs each by ``ranking_weights``, so the fit cares most about
-    the candidates near each problem's fastest, where ranking happens.
+    (the problem of each sample) weighs each by ``ranking_weights`` (``fastest``: problem -> its
+    fastest time of any family), so the fit cares most about the candidates near each problem's
+    fastest, where ranking happens.
 
     A term that no sample exercises (say the fp32 matrix rate, after a calibration of bf16
     shapes only) cannot be fitted: it keeps the ``prior``'s constant (default: the arch's
@@ -297,7 +303,7 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
     samples = [(samples[i][0], float(samples[i][1])) for i in keep]
     if groups is not None and weights is None:
         groups = list(groups)
-        weights = ranking_weights([us for _, us in samples], [groups[i] for i in keep])
+        weights = ranking_weights([us for _, us in samples], [groups[i] for i in keep], fastest)
     if len(samples) < len(TERMS):
         raise ProblemError(f"fitting {len(TERMS)} constants needs at least {len(TERMS)} timed samples, got {len(samples)}")
     a = np.array([t.values for t, _ in samples], dtype=float)
@@ -326,13 +332,13 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01, run B1: every search-space candidate of 60 shapes (the corpus, the
     # unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv) timed with a held stream (1652
-    # timings; ranking-weighted fit, geomean |error| 9.0% over all of them). Cross-validated by
-    # shape set (fit on two sets, auto on the third), auto is within 5% of the fastest on 53 of 60
-    # rows, geomean 1.018, at most 1.026 per set (benchmarks/results/costmodel_fit_c_2026-12-01.json).
+    # timings; ranking-weighted fit, geomean |error| 8.0% over all of them). Cross-validated by
+    # shape set (fit on two sets, auto on the third), auto is within 5% of the fastest on 54 of 60
+    # rows, geomean 1.016, at most 1.022 per set (benchmarks/results/costmodel_fit_c_2026-12-01.json).
     # main_mac and main_mac_shared fit to 0: on this part the 16-bit main loop is priced by its
     # per-iteration latency and its loads.
-    "sm_90": (0.251708, 0, 0, 0.121683, 0.0020853, 0.0466294, 0.515783, 0.0155998, 0.149191, 0.657216, 0, 0.705852, 0.638414,
-              0.025584, 0.286193, 5.40006, 3.66194, 3.55281, 0, 6.75733, 0, 3.94978, 0),
+    "sm_90": (0.219811, 0, 0, 0.128412, 0.00234011, 0.020385, 0.410698, 0.0181614, 0.26485, 0.697014, 0, 2.35791, 3.38839,
+              0.0254975, 0.281902, 5.21023, 4.63899, 5.38119, 0, 8.35957, 0, 5.25546, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike

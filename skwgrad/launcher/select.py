@@ -686,16 +686,18 @@ def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=
     Returns the model and, per problem, the fastest choice and the one the fitted model ranks first
     (with both measured times)."""
     arch, cus = backend.arch, backend.compute_units
-    per_problem, samples, groups = [], [], []
+    per_problem, samples, groups, fastest = [], [], [], {}
     for p in problems:
         rows = tune(p, backend, cache, warmup=warmup, iters=iters, seed=seed, remember=remember and remember_tuned, hold=hold)
         got = samples_of(rows, p, cache, arch=arch, cus=cus)
         samples += got
         groups += [problem_key(p)] * len(got)
+        if rows and "us" in rows[0]:  # tune's rows: fastest first, any family
+            fastest[problem_key(p)] = rows[0]["us"]
         per_problem.append((p, rows))
         if on_problem is not None:
             on_problem(p, rows)
-    model = fit(samples, arch=arch, groups=groups)  # weighted toward each problem's fastest candidates
+    model = fit(samples, arch=arch, groups=groups, fastest=fastest)  # weighted toward each problem's fastest candidates
     if remember:
         cache.remember_model(arch, cus, model)
     report = []
