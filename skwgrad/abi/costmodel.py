@@ -39,10 +39,12 @@ co-residency on a CU and the CU count):
 ``fixed_*``  a fixed cost per (family, variant) class.
 
 Constants are fitted (``fit``) by non-negative least squares on relative error from timed
-candidates (``skwgrad calibrate`` or ``--tune`` runs) and stored with the cache; ``builtin``
-holds the constants fitted on the reference part of each arch where one was measured.
-Depthwise (``dwconv``) and packed-group (``grouped``) kernels are not modelled: selection takes
-them by their own rule when they apply.
+candidates (``skwgrad calibrate`` or ``--tune`` runs), each candidate weighted by how close it is
+to its problem's fastest (``ranking_weights``: ranking only has to order those), and stored with
+the cache; a term no timing exercises keeps the prior's constant. ``builtin`` holds the
+constants fitted on the reference part of each arch where one was measured (a scaled prior
+elsewhere). Depthwise (``dwconv``) kernels are not modelled: selection takes them by their own
+rule; packed-group (``grouped``) kernels are priced as split-K on the packed problem.
 """
 
 from __future__ import annotations
