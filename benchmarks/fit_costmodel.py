@@ -10,7 +10,9 @@ files only, and every file is reported (the others are shapes the fit never saw)
 ``--cv-by-set``: cross-validation by file: for each ``--train`` file, fit on the other ones and
 report auto on it (per-set score and every miss: auto's pick vs the fastest, both measured and
 predicted times); then fit on all of them (the constants to ship) and report each file under
-that fit, and the ``--eval`` files (extra held-out sets) under both.
+that fit, and the ``--eval`` files (extra held-out sets) under both. A file given as
+``FILE@CACHE`` is read with that cache (its keys); ``--final-train`` adds calibrate timings to the
+final fit only (they stay held out in every fold).
 
 CACHE must hold the timed entries (the keys in the files); nothing runs on a GPU. Per problem:
 the model's pick among the dense candidates (the families the model covers), its measured time,
@@ -111,12 +113,18 @@ def evaluate(model, rows, meta, cache, stack=None):
 
 def fit_files(paths, cache, stack=None):
     """Fit on ``paths``; a term no sample exercises keeps the physical default prior, not the
-    shipped constants (which were fitted on every set, the held-out one too)."""
-    rows, meta = load(paths)
-    arch = next(iter(meta.values()))[1]
-    per = samples(rows, meta, cache, stack)
-    return fit([s for _, _, ss in per.values() for s in ss], arch=arch, prior=default_prior(arch),
-               groups=[prob for prob, (_, _, ss) in per.items() for _ in ss], fastest=fastest_of(rows))  # fmt: skip
+    shipped constants (which were fitted on every set, the held-out one too). ``cache``: one
+    cache, or a function path -> the cache holding that file's keys."""
+    cache_of = cache if callable(cache) else (lambda _p: cache)
+    all_s, groups, fastest, arch = [], [], {}, None
+    for path in paths:
+        rows, meta = load([path])
+        arch = arch or next(iter(meta.values()))[1]
+        for prob, (_, _, ss) in samples(rows, meta, cache_of(path), stack).items():
+            all_s += ss
+            groups += [(path, prob)] * len(ss)
+        fastest.update({(path, prob): us for prob, us in fastest_of(rows).items()})
+    return fit(all_s, arch=arch, prior=default_prior(arch), groups=groups, fastest=fastest)
 
 
 def fastest_of(rows) -> dict:
@@ -148,8 +156,11 @@ def _total(sums) -> dict:
             "share_within_5pct": sum(s["within_5pct"] for s in sums) / n, "geomean_auto_over_best": math.exp(logs / n)}  # fmt: skip
 
 
-def cross_validate(sets, extra, cache, stack=None) -> dict:
-    """Fit on all sets but one, report auto on that one (each in turn); then the fit on all."""
+def cross_validate(sets, extra, cache, stack=None, final_extra=()) -> dict:
+    """Fit on all sets but one, report auto on that one (each in turn); then the fit on all
+    (plus ``final_extra``: more timings, in calibrate's format, for the shipped constants only).
+    ``cache``: one cache, or a function path -> the cache holding that file's keys."""
+    cache_of = cache if callable(cache) else (lambda _p: cache)
     doc = {"method": "cross-validation by shape set: fit on the other sets, auto (select.choose with the fitted model, "
                      "the device's occupancy per kernel, no tuned records) on the held-out one", "folds": {}}  # fmt: skip
     held = []
@@ -157,26 +168,28 @@ def cross_validate(sets, extra, cache, stack=None) -> dict:
         others = [p for p in sets if p != path]
         model = fit_files(others, cache, stack)
         rows, meta = load([path])
-        rep = evaluate(model, rows, meta, cache, stack)
+        rep = evaluate(model, rows, meta, cache_of(path), stack)
         print(f"fold: fit on {', '.join(Path(p).name for p in others)} (fit error {model.fit_error:.3f})")
         s = _report_set(f"  held out {Path(path).name}", rep)
         held.append(s)
         fold = {"fit_on": [Path(p).name for p in others], "model": json.loads(model.to_json()), "summary": s, "rows": rep}
         for e in extra:
             er, em = load([e])
-            fold.setdefault("extra", {})[Path(e).name] = {"summary": _report_set(f"  extra {Path(e).name}", r2 := evaluate(model, er, em, cache, stack)), "rows": r2}
+            r2 = evaluate(model, er, em, cache_of(e), stack)
+            fold.setdefault("extra", {})[Path(e).name] = {"summary": _report_set(f"  extra {Path(e).name}", r2), "rows": r2}
         doc["folds"][Path(path).name] = fold
     tot = _total(held)
     print(f"cross-validated, all sets: {tot['within_5pct']}/{tot['timed']} ({tot['share_within_5pct']:.0%}) within 5%,"
           f" geomean {tot['geomean_auto_over_best']:.3f}")  # fmt: skip
     doc["cross_validated"] = tot
-    model = fit_files(sets, cache, stack)
-    print(f"fit on all {len(sets)} sets (fit error {model.fit_error:.3f}, {model.samples} timings):")
-    doc["final"] = {"model": json.loads(model.to_json()), "sets": {}}
-    for path in [*sets, *extra]:
+    fitted = [*sets, *final_extra]
+    model = fit_files(fitted, cache, stack)
+    print(f"fit on all {len(fitted)} sets (fit error {model.fit_error:.3f}, {model.samples} timings):")
+    doc["final"] = {"model": json.loads(model.to_json()), "fit_on": [Path(p).name for p in fitted], "sets": {}}
+    for path in dict.fromkeys([*fitted, *extra]):
         rows, meta = load([path])
-        rep = evaluate(model, rows, meta, cache, stack)
-        doc["final"]["sets"][Path(path).name] = {"split": "train" if path in sets else "held-out",
+        rep = evaluate(model, rows, meta, cache_of(path), stack)
+        doc["final"]["sets"][Path(path).name] = {"split": "train" if path in fitted else "held-out",
                                                  "summary": _report_set(f"  {Path(path).name}", rep), "rows": rep}  # fmt: skip
     print("constants:", ", ".join(f"{t} {c:.6g}" for t, c in zip(doc["final"]["model"]["terms"], model.constants)))
     return doc
@@ -221,6 +234,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--cv-by-set", action="store_true", help="cross-validate by --train file (see above)")
+    ap.add_argument("--final-train", action="append", default=[],
+                    help="with --cv-by-set: more calibrate timings for the final fit only (held out in every fold)")
     a = ap.parse_args()
     from skwgrad.cache import Cache
 
@@ -228,7 +243,16 @@ def main():
     cache = Cache(a.cache, create=False)
     stack = json.loads(Path(a.stack_bytes).read_text()) if a.stack_bytes else None
     if a.cv_by_set:
-        doc = cross_validate(a.train, a.eval, cache, stack)
+        # FILE@CACHE: a file whose keys live in another cache (same build identity)
+        caches, where = {}, {}
+        for spec in [*a.train, *a.eval, *a.final_train]:
+            path, _, other = spec.partition("@")
+            where[path] = other or None
+            if other and other not in caches:
+                caches[other] = Cache(other, create=False)
+        cache_of = lambda path: caches[where[path]] if where.get(path) else cache  # noqa: E731
+        strip = lambda xs: [x.partition("@")[0] for x in xs]  # noqa: E731
+        doc = cross_validate(strip(a.train), strip(a.eval + a.final_train), cache_of, stack, final_extra=strip(a.final_train))
         if a.out:
             Path(a.out).write_text(json.dumps(doc, indent=1))
         return

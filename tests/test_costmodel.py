@@ -284,3 +284,20 @@ def test_atomic_adds_are_priced_device_wide():
     g = launch_geometry(p, "wgrad", "atomic", bm=64, bn=128, bk=64, ks_count=30)
     assert M.terms(p, sp, g, arch="sm_90", compute_units=132, occupancy=2).as_dict()["fixup_atomic"] == pytest.approx(
         g.grid * 64 * 128 / 1024 / 132)  # fmt: skip
+
+
+def test_a_persistent_cta_stores_every_dp_tile_it_walks():
+    p = parse_problem("n=4,c=384,k=2048,h=4,w=4,y=3,x=3,padding=1,dtype=fp16,dw_dtype=fp32")  # 16 x 27 = 432 tiles of 128x128
+    s = _spec("wgrad_sk", "linear", p, bm=128, warps=8, mode="persistent")
+    g = launch_geometry(p, "wgrad_sk", "linear", bm=128, bn=128, bk=64, mode="persistent", pool=132,
+                        flags_per_cta=s.flags_per_cta(32) or None)  # fmt: skip
+    part = g.partition
+    assert g.grid == 132 and part.dp_tiles == 2 * 132 and part.sk_ctas  # two DP tiles each, then an SK range
+    d = M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+    walks = math.ceil(part.dp_tiles / part.pool) + (1 if part.sk_ctas else 0)
+    assert walks >= 3 and d["epilogue"] == pytest.approx(walks * 128 * 128 * 4 / 1024)
+    dp = _spec("wgrad_sk", "linear", p, bm=128, warps=8, mode="dp_sk")
+    gd = launch_geometry(p, "wgrad_sk", "linear", bm=128, bn=128, bk=64, mode="dp_sk", pool=132,
+                         flags_per_cta=dp.flags_per_cta(32) or None)  # fmt: skip
+    dd = M.terms(p, dp, gd, arch="sm_90", compute_units=132, occupancy=1).as_dict()  # one tile per CTA, in waves
+    assert dd["epilogue"] == pytest.approx(math.ceil(gd.grid / 132) * 128 * 128 * 4 / 1024)
