@@ -3,7 +3,16 @@ fastest candidate per problem, on a split of shapes: constants are fitted on the
 files only, and every file is reported (the others are shapes the fit never saw).
 
     python benchmarks/fit_costmodel.py --cache CACHE --train calib_fit.json [--train ...] \\
-        --eval calib_corpus.json [--eval ...] [--out fit.json] [--write-builtin]
+        --eval calib_corpus.json [--eval ...] [--out fit.json]
+    python benchmarks/fit_costmodel.py --cache CACHE --cv-by-set --train a.json --train b.json --train c.json \\
+        [--eval extra.json ...] [--out cv.json]
+
+``--cv-by-set``: cross-validation by file: for each ``--train`` file, fit on the other ones and
+report auto on it (per-set score and every miss: auto's pick vs the fastest, both measured and
+predicted times); then fit on all of them (the constants to ship) and report each file under
+that fit, and the ``--eval`` files (extra held-out sets) under both. A file given as
+``FILE@CACHE`` is read with that cache (its keys); ``--final-train`` adds calibrate timings to the
+final fit only (they stay held out in every fold).
 
 CACHE must hold the timed entries (the keys in the files); nothing runs on a GPU. Per problem:
 the model's pick among the dense candidates (the families the model covers), its measured time,
@@ -24,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
-from skwgrad.abi.costmodel import MODELLED_FAMILIES, fit  # noqa: E402
+from skwgrad.abi.costmodel import MODELLED_FAMILIES, default_prior, fit  # noqa: E402
 from skwgrad.launcher import select as S  # noqa: E402
 
 
@@ -49,12 +58,22 @@ def samples(rows, meta, cache, stack=None):
     return out
 
 
+def _predictions(model, rows, meta, cache, stack=None):
+    """(key, pool, ks_count) -> the model's predicted us, for every timed dense row."""
+    out = {}
+    for prob, (p, dense, ss) in samples(rows, meta, cache, stack).items():
+        for r, (t, _) in zip(dense, ss):
+            out[(prob, r["key"], r["pool"], r["ks_count"])] = model.predict(t)
+    return out
+
+
 def evaluate(model, rows, meta, cache, stack=None):
     """Per problem: auto's pick as ``select.choose`` makes it with ``model`` (no tuned records;
     the occupancy the device reported for each kernel), its measured time, and the fastest."""
     from skwgrad.launcher.plan import Kernel
 
     report = []
+    preds = _predictions(model, rows, meta, cache, stack)
     for prob, rs in rows.items():
         name, arch, cus = meta[prob]
         timed = sorted((r for r in rs if "us" in r), key=lambda r: r["us"])
@@ -82,13 +101,98 @@ def evaluate(model, rows, meta, cache, stack=None):
         ch = S.choose(p, view, arch=arch, cus=cus, occupancy=lambda k: occ.get(k.key, 1), model=model, use_tuned=False)
         got = measured.get((ch.kernel.key, ch.pool, ch.ks_count))
         best = timed[0]
+        best_pred = preds.get((prob, best["key"], best["pool"], best["ks_count"]))
         report.append({
             "name": name, "problem": prob, "best_label": best["label"], "best_pool": best["pool"], "best_ks": best["ks_count"],
             "best_us": best["us"], "auto_label": ch.kernel.label, "auto_pool": ch.pool, "auto_ks": ch.ks_count,
             "auto_family": ch.spec.family, "auto_us": got and got["us"], "auto_predicted_us": ch.predicted_us,
-            "ratio": (got["us"] / best["us"]) if got else None,
+            "best_predicted_us": best_pred, "ratio": (got["us"] / best["us"]) if got else None,
         })  # fmt: skip
     return report
+
+
+def fit_files(paths, cache, stack=None):
+    """Fit on ``paths``; a term no sample exercises keeps the physical default prior, not the
+    shipped constants (which were fitted on every set, the held-out one too). ``cache``: one
+    cache, or a function path -> the cache holding that file's keys."""
+    cache_of = cache if callable(cache) else (lambda _p: cache)
+    all_s, groups, fastest, arch = [], [], {}, None
+    for path in paths:
+        rows, meta = load([path])
+        arch = arch or next(iter(meta.values()))[1]
+        for prob, (_, _, ss) in samples(rows, meta, cache_of(path), stack).items():
+            all_s += ss
+            groups += [(path, prob)] * len(ss)
+        fastest.update({(path, prob): us for prob, us in fastest_of(rows).items()})
+    return fit(all_s, arch=arch, prior=default_prior(arch), groups=groups, fastest=fastest)
+
+
+def fastest_of(rows) -> dict:
+    """Problem -> its fastest timed candidate of any family (what the rank weights are relative to)."""
+    return {prob: min(r["us"] for r in rs if "us" in r) for prob, rs in rows.items() if any("us" in r for r in rs)}
+
+
+def _miss_line(r) -> str:
+    f = lambda x: f"{x:.1f}" if x is not None else "-"  # noqa: E731
+    return (f"    {r['name']:32s} {r['ratio'] or 0:.2f}  auto {r['auto_label']} p{r['auto_pool']} k{r['auto_ks']} "
+            f"{f(r['auto_us'])} us (pred {f(r['auto_predicted_us'])})\n{'':38s}fastest {r['best_label']} p{r['best_pool']} "
+            f"k{r['best_ks']} {f(r['best_us'])} us (pred {f(r['best_predicted_us'])})")  # fmt: skip
+
+
+def _report_set(label, rep) -> dict:
+    s = summary(rep)
+    print(f"{label:58s} {s.get('within_5pct')}/{s.get('timed')} within 5%  geomean {s.get('geomean_auto_over_best', 0):.3f}"
+          f"  worst {s.get('worst', 0):.2f}")  # fmt: skip
+    for r in rep:
+        if r["ratio"] is None or r["ratio"] > 1.05:
+            print(_miss_line(r))
+    return s
+
+
+def _total(sums) -> dict:
+    n = sum(s["timed"] for s in sums)
+    logs = sum(math.log(s["geomean_auto_over_best"]) * s["timed"] for s in sums)
+    return {"timed": n, "within_5pct": sum(s["within_5pct"] for s in sums),
+            "share_within_5pct": sum(s["within_5pct"] for s in sums) / n, "geomean_auto_over_best": math.exp(logs / n)}  # fmt: skip
+
+
+def cross_validate(sets, extra, cache, stack=None, final_extra=()) -> dict:
+    """Fit on all sets but one, report auto on that one (each in turn); then the fit on all
+    (plus ``final_extra``: more timings, in calibrate's format, for the shipped constants only).
+    ``cache``: one cache, or a function path -> the cache holding that file's keys."""
+    cache_of = cache if callable(cache) else (lambda _p: cache)
+    doc = {"method": "cross-validation by shape set: fit on the other sets, auto (select.choose with the fitted model, "
+                     "the device's occupancy per kernel, no tuned records) on the held-out one", "folds": {}}  # fmt: skip
+    held = []
+    for path in sets:
+        others = [p for p in sets if p != path]
+        model = fit_files(others, cache, stack)
+        rows, meta = load([path])
+        rep = evaluate(model, rows, meta, cache_of(path), stack)
+        print(f"fold: fit on {', '.join(Path(p).name for p in others)} (fit error {model.fit_error:.3f})")
+        s = _report_set(f"  held out {Path(path).name}", rep)
+        held.append(s)
+        fold = {"fit_on": [Path(p).name for p in others], "model": json.loads(model.to_json()), "summary": s, "rows": rep}
+        for e in extra:
+            er, em = load([e])
+            r2 = evaluate(model, er, em, cache_of(e), stack)
+            fold.setdefault("extra", {})[Path(e).name] = {"summary": _report_set(f"  extra {Path(e).name}", r2), "rows": r2}
+        doc["folds"][Path(path).name] = fold
+    tot = _total(held)
+    print(f"cross-validated, all sets: {tot['within_5pct']}/{tot['timed']} ({tot['share_within_5pct']:.0%}) within 5%,"
+          f" geomean {tot['geomean_auto_over_best']:.3f}")  # fmt: skip
+    doc["cross_validated"] = tot
+    fitted = [*sets, *final_extra]
+    model = fit_files(fitted, cache, stack)
+    print(f"fit on all {len(fitted)} sets (fit error {model.fit_error:.3f}, {model.samples} timings):")
+    doc["final"] = {"model": json.loads(model.to_json()), "fit_on": [Path(p).name for p in fitted], "sets": {}}
+    for path in dict.fromkeys([*fitted, *extra]):
+        rows, meta = load([path])
+        rep = evaluate(model, rows, meta, cache_of(path), stack)
+        doc["final"]["sets"][Path(path).name] = {"split": "train" if path in fitted else "held-out",
+                                                 "summary": _report_set(f"  {Path(path).name}", rep), "rows": rep}  # fmt: skip
+    print("constants:", ", ".join(f"{t} {c:.6g}" for t, c in zip(doc["final"]["model"]["terms"], model.constants)))
+    return doc
 
 
 def _with_stack(entry, nbytes):
@@ -129,16 +233,34 @@ def main():
     ap.add_argument("--stack-bytes", help="JSON {key: stack bytes per thread} for entries whose metadata lacks it")
     ap.add_argument("--out")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--cv-by-set", action="store_true", help="cross-validate by --train file (see above)")
+    ap.add_argument("--final-train", action="append", default=[],
+                    help="with --cv-by-set: more calibrate timings for the final fit only (held out in every fold)")
     a = ap.parse_args()
     from skwgrad.cache import Cache
 
     _read_as_built(a.cache)
     cache = Cache(a.cache, create=False)
     stack = json.loads(Path(a.stack_bytes).read_text()) if a.stack_bytes else None
+    if a.cv_by_set:
+        # FILE@CACHE: a file whose keys live in another cache (same build identity)
+        caches, where = {}, {}
+        for spec in [*a.train, *a.eval, *a.final_train]:
+            path, _, other = spec.partition("@")
+            where[path] = other or None
+            if other and other not in caches:
+                caches[other] = Cache(other, create=False)
+        cache_of = lambda path: caches[where[path]] if where.get(path) else cache  # noqa: E731
+        strip = lambda xs: [x.partition("@")[0] for x in xs]  # noqa: E731
+        doc = cross_validate(strip(a.train), strip(a.eval + a.final_train), cache_of, stack, final_extra=strip(a.final_train))
+        if a.out:
+            Path(a.out).write_text(json.dumps(doc, indent=1))
+        return
     train_rows, train_meta = load(a.train)
     tsamp = samples(train_rows, train_meta, cache, stack)
     arch = next(iter(train_meta.values()))[1]
-    model = fit([s for _, _, ss in tsamp.values() for s in ss], arch=arch)
+    model = fit([s for _, _, ss in tsamp.values() for s in ss], arch=arch, groups=[prob for prob, (_, _, ss) in tsamp.items() for _ in ss],
+                fastest=fastest_of(train_rows))
     doc = {"model": json.loads(model.to_json()), "train": [Path(p).name for p in a.train], "sets": {}}
     for path in a.train + a.eval:
         rows, meta = load([path])

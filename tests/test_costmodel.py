@@ -111,7 +111,7 @@ def test_model_json_roundtrip_and_refusals():
     back = M.CostModel.from_json(m.to_json())
     assert (back.arch, back.constants, back.samples, back.fit_error) == (m.arch, m.constants, 12, 0.1)
     d = json.loads(m.to_json())
-    for bad in ({**d, "version": 2}, {**d, "terms": d["terms"][:-1]}, {**d, "constants": d["constants"][:-1]},
+    for bad in ({**d, "version": M.MODEL_VERSION + 1}, {**d, "version": 1, "terms": d["terms"][:13]}, {**d, "terms": d["terms"][:-1]}, {**d, "constants": d["constants"][:-1]},
                 {**d, "constants": [-1.0] * len(M.TERMS)}, {**d, "constants": ["x"] * len(M.TERMS)}, [1, 2]):  # fmt: skip
         with pytest.raises(ProblemError):
             M.CostModel.from_json(json.dumps(bad))
@@ -134,3 +134,170 @@ def test_offline_occupancy_follows_the_arch_limits():
     assert M.offline_occupancy({"threads": 1024, "shared": 0}, "sm_90") == 1
     assert M.offline_occupancy({"threads": 256, "shared": 65536, "amd": {"vgpr_count": 64}}, "gfx942") == 1  # 64 KiB LDS
     assert M.offline_occupancy({"threads": 128}, "no-such-arch") == 1
+
+
+def _spec(family, variant, p, bm=64, bn=128, bk=64, warps=4, mode="", **kw):
+    return KernelSpec(family, variant, p.dtype, p.dw_dtype, vec_c=kw.pop("vec_c", 8), vec_k=kw.pop("vec_k", 8), bm=bm, bn=bn,
+                      bk=bk, num_warps=warps, num_stages=3, mode=mode, **kw)  # fmt: skip
+
+
+def test_mma_chain_is_per_warp_and_fp32_has_its_own_rate():
+    p = PROBLEMS[0]
+    small, big = _spec("wgrad", "direct", p), _spec("wgrad", "direct", p, bm=128, warps=8)
+    ts = [M.terms(p, s, launch_geometry(p, "wgrad", "direct", bm=s.bm, bn=s.bn, bk=s.bk), arch="sm_90", compute_units=132,
+                  occupancy=1) for s in (small, big)]  # fmt: skip
+    per_iter = [t.as_dict()["main_mac"] / t.path_iters for t in ts]
+    assert per_iter[0] > 0 and per_iter[0] == pytest.approx(per_iter[1])  # 128x128 on 8 warps: each warp chains 64x128's share
+    shared = [t.as_dict()["main_mac_shared"] / t.path_iters for t in ts]
+    assert shared[0] > 0 and shared[1] == pytest.approx(2 * shared[0])  # ...but the CU does twice the matrix work
+    pf = parse_problem("n=8,c=64,k=64,h=28,w=28,y=3,x=3,padding=1,dtype=fp32")
+    for prec, cost in (("tf32", 2.0), ("ieee", 15.0)):
+        s = KernelSpec("wgrad", "direct", "fp32", "fp32", vec_c=4, vec_k=4, bm=64, bn=128, bk=32, num_warps=4, num_stages=3,
+                       precision=prec)  # fmt: skip
+        d = M.terms(pf, s, launch_geometry(pf, "wgrad", "direct", bm=64, bn=128, bk=32), arch="sm_90", compute_units=132,
+                    occupancy=1).as_dict()  # fmt: skip
+        # fp32 inputs: matrix work on the fp32 term only, at the arch's tf32/ieee cost ratio
+        assert d["main_mac_shared"] == 0
+        assert d["main_mac_fp32_shared"] == pytest.approx(cost * 64 * 128 * 32 / 65536 * d["main_iter"])
+    assert ts[0].as_dict()["main_mac_fp32_shared"] == 0
+
+
+def test_stage2_chain_grows_with_the_replicas_and_prices_many_splits_of_a_small_dw():
+    p = parse_problem("n=32,c=64,k=64,h=56,w=56,y=1,x=1")  # one 64x128 tile, a 16 KiB dW: Stage-2 is one CTA
+    s = _spec("wgrad", "two_stage", p)
+    geos = {ks: launch_geometry(p, "wgrad", "two_stage", bm=64, bn=128, bk=64, ks_count=ks) for ks in (8, 32, 128)}
+    ds = {ks: M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=2).as_dict() for ks, g in geos.items()}
+    # one wave of Stage-2 CTAs: the chain is the replica count (128 asked resolves to 121 non-empty splits)
+    assert [ds[k]["stage2_chain"] for k in (8, 32, 128)] == [float(geos[k].ks_count) for k in (8, 32, 128)] == [8.0, 32.0, 121.0]
+    big = parse_problem("n=8,c=512,k=512,h=14,w=14,y=3,x=3,padding=1")  # 2.4 M dW elements: 2304 Stage-2 CTAs
+    g = launch_geometry(big, "wgrad", "two_stage", bm=64, bn=128, bk=64, ks_count=2)
+    d = M.terms(big, _spec("wgrad", "two_stage", big), g, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    assert d["stage2_chain"] == 2 * math.ceil(g.stage2_grid / (132 * M.STAGE2_CTAS_PER_CU)) == 6
+    direct = M.terms(p, _spec("wgrad", "direct", p), launch_geometry(p, "wgrad", "direct", bm=64, bn=128, bk=64),
+                     arch="sm_90", compute_units=132, occupancy=2).as_dict()  # fmt: skip
+    assert direct["stage2_chain"] == 0 and direct["stage2"] == 0
+    # the workspace replica is read and zeroed again by Stage-2: twice its bytes, plus dW's
+    sk = _spec("wgrad_sk", "workspace", p, mode="dp_sk")
+    gw = launch_geometry(p, "wgrad_sk", "workspace", bm=64, bn=128, bk=64, mode="dp_sk", pool=132)
+    dw = M.terms(p, sk, gw, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    assert dw["stage2"] == pytest.approx((2 * 4 + 2) * p.dw_numel / 1048576) and dw["stage2_chain"] == 1
+    # a model pricing only the chain ranks fewer splits first
+    m = M.CostModel("sm_90", tuple(1.0 if t == "stage2_chain" else 0.0 for t in M.TERMS))
+    preds = [m.predict(M.terms(p, s, geos[k], arch="sm_90", compute_units=132, occupancy=2)) for k in (8, 32, 128)]
+    assert preds == sorted(preds) and preds[0] < preds[-1]
+
+
+def test_l2_refetch_prices_stream_k_only_once_the_inputs_outgrow_the_l2():
+    small = parse_problem("n=8,c=128,k=128,h=32,w=32,y=3,x=3,padding=1")  # 4 MiB of x + dy: fits
+    large = parse_problem("n=4,c=128,k=128,h=256,w=256,y=3,x=3,padding=1")  # 128 MiB: does not
+    for p, fits in ((small, True), (large, False)):
+        sk = _spec("wgrad_sk", "workspace", p, bm=128, warps=8, mode="dp_sk")
+        g = launch_geometry(p, "wgrad_sk", "workspace", bm=128, bn=128, bk=64, mode="dp_sk", pool=132)
+        d = M.terms(p, sk, g, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+        assert (d["l2_refetch"] == 0) == fits
+        sp = _spec("wgrad", "two_stage", p, bm=128, warps=8)
+        gs = launch_geometry(p, "wgrad", "two_stage", bm=128, bn=128, bk=64, ks_count=44)
+        assert M.terms(p, sp, gs, arch="sm_90", compute_units=132, occupancy=1).as_dict()["l2_refetch"] == 0
+    # the refetched bytes: the SK tiles' reads beyond one pass over x and dy, times the L2's miss share
+    foot = (large.x_numel + large.dy_numel) * 2
+    t = large.tiling(128, 128, 64)
+    want = (t.num_tiles * t.iters_per_tile * 64 * 256 * 2 - foot) * (1 - M.L2_BYTES["sm_90"] / foot) / 1048576 / 132
+    assert d["l2_refetch"] == pytest.approx(want)
+    # a larger last-level cache (MI300X's 256 MiB) holds it
+    assert M.terms(large, sk, g, arch="gfx942", compute_units=304, occupancy=1).as_dict()["l2_refetch"] == 0
+
+
+def test_fit_keeps_the_prior_for_terms_no_sample_exercises():
+    rng = random.Random(11)
+    truth = M.CostModel("sm_90", tuple(rng.uniform(0.01, 1.0) for _ in M.TERMS))
+    samples = [(t, truth.predict(t)) for p, s, geo in _launches() for t in [M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=2)]]
+    unseen = [n for i, n in enumerate(M.TERMS) if all(t.values[i] == 0 for t, _ in samples)]
+    assert "main_mac_fp32_shared" in unseen and "fixed_sk_atomic" in unseen  # bf16 launches, no atomic reduction
+    prior = M.CostModel("sm_90", tuple(7.0 + i for i in range(len(M.TERMS))), source="prior")
+    fitted = M.fit(samples, arch="sm_90", prior=prior)
+    for i, n in enumerate(M.TERMS):
+        if n in unseen:
+            assert fitted.constants[i] == prior.constants[i]
+    assert set(fitted.kept) == set(unseen)
+    assert max(abs(fitted.predict(t) / us - 1) for t, us in samples) < 1e-6
+    assert M.CostModel.from_json(fitted.to_json()).kept == fitted.kept
+    # default prior: the arch's built-in constants
+    assert M.fit(samples, arch="sm_90").constants[M.TERMS.index("main_mac_fp32_shared")] == M.builtin("sm_90").constants[
+        M.TERMS.index("main_mac_fp32_shared")]  # fmt: skip
+
+
+def test_epilogue_counts_the_stores_of_every_co_resident_cta():
+    p = parse_problem("n=16,c=320,k=80,h=20,w=20,y=3,x=3,stride=2,padding=1")
+    s = _spec("wgrad", "two_stage", p)
+    g = launch_geometry(p, "wgrad", "two_stage", bm=64, bn=128, bk=64, ks_count=5)  # 230 CTAs: two per SM
+    one, two = (M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=o) for o in (1, 2))
+    assert (one.resident, two.resident) == (1, 2)
+    # at one per SM the grid runs in two waves, at two per SM in one wave of twice the stores per SM
+    assert one.as_dict()["epilogue"] == two.as_dict()["epilogue"] == 2 * 64 * 128 * 4 / 1024
+    big = _spec("wgrad", "two_stage", p, bm=128, warps=8)
+    gb = launch_geometry(p, "wgrad", "two_stage", bm=128, bn=128, bk=64, ks_count=5)  # 115 CTAs, one per SM
+    assert M.terms(p, big, gb, arch="sm_90", compute_units=132, occupancy=1).as_dict()["epilogue"] == 128 * 128 * 4 / 1024
+
+
+def test_ranking_weights_favour_each_problems_fastest_and_the_fit_follows_them():
+    w = M.ranking_weights([10.0, 11.0, 20.0, 5.0, 5.0], ["a", "a", "a", "b", "b"])
+    assert w[0] == w[3] == w[4] == pytest.approx(1 + M.RANK_FLOOR)
+    assert w[0] > w[1] > w[2] >= M.RANK_FLOOR and w[1] == pytest.approx(M.RANK_FLOOR + math.exp(-0.1 / M.RANK_TAU))
+    # two problems, each with a fast and a slow candidate; the truth has a cost the terms cannot
+    # express on the slow ones (an extra 30%): weighted by groups, the fit prices the fast ones right
+    p = PROBLEMS[0]
+    launches = [x for x in _launches() if x[0] is p]
+    truth = M.CostModel("sm_90", tuple(0.2 if t in ("main_iter", "main_loads_shared", "epilogue") else 0.0 for t in M.TERMS))
+    samples, groups = [], []
+    for (pp, s, geo), occ in itertools.product(launches, (1, 2)):
+        t = M.terms(pp, s, geo, arch="sm_90", compute_units=132, occupancy=occ)
+        samples.append((t, truth.predict(t)))
+        groups.append("p")
+    times = [us for _, us in samples]
+    fast = min(range(len(times)), key=times.__getitem__)
+    skewed = [(t, us if i == fast else us * 1.3) for i, (t, us) in enumerate(samples)]
+    plain = M.fit(skewed, arch="sm_90", prior=M.default_prior("sm_90"))
+    ranked = M.fit(skewed, arch="sm_90", prior=M.default_prior("sm_90"), groups=groups)
+    err = lambda m: abs(m.predict(skewed[fast][0]) / skewed[fast][1] - 1)  # noqa: E731
+    assert err(ranked) < err(plain)
+
+
+def test_ranking_weights_are_relative_to_the_fastest_of_any_family():
+    # a depthwise problem: its dense candidates (1000+ us) lose to a 30 us depthwise kernel, so
+    # they weigh the floor, not 1 + floor for the fastest dense one
+    w = M.ranking_weights([1000.0, 1200.0, 10.0], ["dw", "dw", "dense"], fastest={"dw": 30.0})
+    assert w[0] == w[1] == pytest.approx(M.RANK_FLOOR) and w[2] == pytest.approx(1 + M.RANK_FLOOR)
+
+
+def test_atomic_adds_are_priced_device_wide():
+    p = parse_problem("n=48,c=160,k=80,h=40,w=40,y=1,x=1,stride=2,dtype=fp16,dw_dtype=fp32")
+    for bm, warps in ((64, 4), (128, 8)):
+        s = _spec("wgrad_sk", "workspace", p, bm=bm, warps=warps, mode="dp_sk")
+        for pool in (132, 264):
+            g = launch_geometry(p, "wgrad_sk", "workspace", bm=bm, bn=128, bk=64, mode="dp_sk", pool=pool)
+            part = g.partition
+            ds = [M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=o).as_dict()["fixup_atomic"] for o in (1, 2)]
+            # every SK segment adds one partial tile: (CTAs + tile boundaries) x BM x BN, per CU;
+            # co-residency does not change the count
+            assert ds[0] == ds[1] == pytest.approx((part.sk_ctas + part.sk_tiles) * bm * 128 / 1024 / 132)
+    sp = _spec("wgrad", "atomic", p)
+    g = launch_geometry(p, "wgrad", "atomic", bm=64, bn=128, bk=64, ks_count=30)
+    assert M.terms(p, sp, g, arch="sm_90", compute_units=132, occupancy=2).as_dict()["fixup_atomic"] == pytest.approx(
+        g.grid * 64 * 128 / 1024 / 132)  # fmt: skip
+
+
+def test_a_persistent_cta_stores_every_dp_tile_it_walks():
+    p = parse_problem("n=4,c=384,k=2048,h=4,w=4,y=3,x=3,padding=1,dtype=fp16,dw_dtype=fp32")  # 16 x 27 = 432 tiles of 128x128
+    s = _spec("wgrad_sk", "linear", p, bm=128, warps=8, mode="persistent")
+    g = launch_geometry(p, "wgrad_sk", "linear", bm=128, bn=128, bk=64, mode="persistent", pool=132,
+                        flags_per_cta=s.flags_per_cta(32) or None)  # fmt: skip
+    part = g.partition
+    assert g.grid == 132 and part.dp_tiles == 2 * 132 and part.sk_ctas  # two DP tiles each, then an SK range
+    d = M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+    walks = math.ceil(part.dp_tiles / part.pool) + (1 if part.sk_ctas else 0)
+    assert walks >= 3 and d["epilogue"] == pytest.approx(walks * 128 * 128 * 4 / 1024)
+    dp = _spec("wgrad_sk", "linear", p, bm=128, warps=8, mode="dp_sk")
+    gd = launch_geometry(p, "wgrad_sk", "linear", bm=128, bn=128, bk=64, mode="dp_sk", pool=132,
+                         flags_per_cta=dp.flags_per_cta(32) or None)  # fmt: skip
+    dd = M.terms(p, dp, gd, arch="sm_90", compute_units=132, occupancy=1).as_dict()  # one tile per CTA, in waves
+    assert dd["epilogue"] == pytest.approx(math.ceil(gd.grid / 132) * 128 * 128 * 4 / 1024)

@@ -68,6 +68,15 @@ def test_auto_takes_the_candidate_the_model_predicts_fastest():
     # serial fix-ups and extra launches priced out: what is left is one direct split-K kernel
     flat = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(main_iter=1.0, fixup_serial=1e3, launch=1e3))
     assert (flat.spec.family, flat.spec.variant, flat.ks_count) == ("wgrad", "direct", 1)
+    # the Stage-2 chain priced (one replica after another): among the split-K launches that need
+    # Stage-2, the fewest splits win; stream-K's single workspace replica beats them all
+    chain = _model(stage2_chain=1.0, main_iter=1e-6)
+    ranked = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=LaunchOptions(streamk="off", reduction="two_stage"),
+                            occupancy=occ(2), model=chain).choices  # fmt: skip
+    assert ranked[0].ks_count == min(ch.ks_count for ch in ranked) < max(ch.ks_count for ch in ranked)
+    ws = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(stage2_chain=1.0, launch=1e-3, main_iter=1e-6),
+                  reduction="workspace")  # fmt: skip
+    assert ws.terms.as_dict()["stage2_chain"] == 1.0 and ws.predicted_us == pytest.approx(1.0 + 2e-3 + 1e-6 * ws.terms.path_iters)
 
 
 def test_ranking_is_deterministic_and_explains_rejections():

@@ -683,19 +683,24 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
 def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=True, remember_tuned=True, on_problem=None,
               hold=None) -> dict:  # fmt: skip
     """Time the whole search space of every problem (remembering each fastest choice unless
-    ``remember_tuned`` is off), fit the cost model's constants to all the dense timings and store
-    them with the cache (``remember``).
+    ``remember_tuned`` is off), fit the cost model's constants to all the dense timings (weighted
+    toward each problem's fastest candidates, ``costmodel.ranking_weights``; a term no timing
+    exercises keeps the built-in constant) and store them with the cache (``remember``).
     Returns the model and, per problem, the fastest choice and the one the fitted model ranks first
     (with both measured times)."""
     arch, cus = backend.arch, backend.compute_units
-    per_problem, samples = [], []
+    per_problem, samples, groups, fastest = [], [], [], {}
     for p in problems:
         rows = tune(p, backend, cache, warmup=warmup, iters=iters, seed=seed, remember=remember and remember_tuned, hold=hold)
-        samples += samples_of(rows, p, cache, arch=arch, cus=cus)
+        got = samples_of(rows, p, cache, arch=arch, cus=cus)
+        samples += got
+        groups += [problem_key(p)] * len(got)
+        if rows and "us" in rows[0]:  # tune's rows: fastest first, any family
+            fastest[problem_key(p)] = rows[0]["us"]
         per_problem.append((p, rows))
         if on_problem is not None:
             on_problem(p, rows)
-    model = fit(samples, arch=arch)
+    model = fit(samples, arch=arch, groups=groups, fastest=fastest)  # weighted toward each problem's fastest candidates
     if remember:
         cache.remember_model(arch, cus, model)
     report = []
