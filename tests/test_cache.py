@@ -491,9 +491,38 @@ def test_export_import_carries_cost_models_and_keeps_the_better_fitted(cache, tm
     assert dst.import_(out)["models_added"] == 1 and dst.cost_model("gfx942", 304).constants == _model(scale=3.0).constants
 
 
+def _rewrite_models(src, dst, **fields):
+    """A copy of export ``src`` whose first model record has ``fields`` replaced."""
+    with tarfile.open(src) as t:
+        members = [(m, t.extractfile(m).read()) for m in t]
+    manifest = json.loads(members[0][1])
+    manifest["models"][0].update(fields)
+    with tarfile.open(dst, "w") as t:
+        for m, data in members:
+            if m.name == "manifest.json":
+                data = json.dumps(manifest).encode()
+                m.size = len(data)
+            t.addfile(m, io.BytesIO(data))
+
+
+def test_import_skips_a_cost_model_of_another_model_version_and_keeps_the_kernels(cache, tmp_path):
+    from skwgrad.abi.costmodel import MODEL_VERSION
+
+    cache.put(fake(SMOKE[0], "gfx942"))
+    cache.remember_model("gfx942", 304, _model())
+    out, old = tmp_path / "e.tar", tmp_path / "old.tar"
+    cache.export(out)
+    _rewrite_models(out, old, model_json=json.dumps({"version": MODEL_VERSION - 1, "arch": "gfx942", "terms": ["main_iter"], "constants": [1.0]}))
+    dst = Cache(tmp_path / "dst")
+    r = dst.import_(old)
+    assert (r["imported"], r["models"], r["models_added"], r["skipped"]) == (1, 0, 0, 1)
+    assert len(dst.entries()) == 1 and dst.cost_model("gfx942", 304) is None  # the built-in constants then
+
+
 @pytest.mark.parametrize("bad,match", [
     ({"model_json": "{}"}, "cost model"),
-    ({"model_json": '{"version": 1, "arch": "gfx942", "terms": ["x"], "constants": [1]}'}, "cost model"),
+    ({"model_json": '{"version": 2, "arch": "gfx942", "terms": ["x"], "constants": [1]}'}, "cost model"),
+    ({"model_json": '{"version": true, "arch": "gfx942"}'}, "cost model"),
     ({"arch": "gfx950"}, "not gfx950"),
     ({"cus": 0}, "cus"),
     ({"extra": 1}, "extra"),

@@ -151,7 +151,13 @@ def check_manifest(manifest, source: str, *, max_object=MAX_OBJECT, max_total=MA
                 raise DamagedEntryError(f"object {row['sha256'][:16]}... is given two sizes")
             rows.append(row)
         checked_tuned = [check_tuned(t) for t in tuned]
-        checked_models = [check_model(m) for m in models]
+        checked_models = []
+        for m in models:
+            model = check_model(m)
+            if model is None:
+                skipped.append(f"cost model for {m['arch']} of another model version")
+            else:
+                checked_models.append(model)
     except DamagedEntryError as e:
         raise refuse(str(e)) from None
     total = sum(needed.values())

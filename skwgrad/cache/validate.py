@@ -330,10 +330,22 @@ def check_choice(choice, what: str) -> dict:
 MODEL_COLUMNS = ("arch", "cus", "compiler", "source_hash", "model_json", "time")
 
 
-def check_model(m) -> dict:
+def model_version_of(text: str):
+    """The ``version`` a stored model's JSON declares (None when it declares none)."""
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None
+    v = d.get("version") if isinstance(d, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def check_model(m) -> dict | None:
     """A stored cost model record (``models`` table): the constants must parse as a cost model of
-    this version, for the record's arch."""
-    from skwgrad.abi.costmodel import CostModel
+    this version, for the record's arch. A well-formed record of another model version returns
+    None: its constants price other terms, so an import skips it (like an entry of another
+    build) instead of refusing the whole file."""
+    from skwgrad.abi.costmodel import MODEL_VERSION, CostModel
 
     what = _record(m, "a cost model record", MODEL_COLUMNS, lambda: f"cost model record for {printable(str(m.get('arch')))[:20]}")
     want_arch(m.get("arch"), what)
@@ -341,6 +353,9 @@ def check_model(m) -> dict:
     want_text(m.get("compiler"), what, "compiler", 200)
     want_sha(m.get("source_hash"), what)
     text = want_text(m.get("model_json"), what, "model_json", MAX_JSON)
+    v = model_version_of(text)
+    if v is not None and v != MODEL_VERSION:
+        return None
     try:
         model = CostModel.from_json(text)
     except SkwgradError as e:
