@@ -7,7 +7,8 @@ files only, and every file is reported (the others are shapes the fit never saw)
     python benchmarks/fit_costmodel.py --cache CACHE --cv-by-set --train a.json --train b.json --train c.json \\
         [--eval extra.json ...] [--out cv.json]
 
-``--cv-by-set``: cross-validation by file: for each ``--train`` file, fit on the other ones and
+``--cv-by-set``: cross-validation by file: for each ``--train`` file (or ``a.json+b.json``: one
+shape set timed twice, judged on its last file), fit on the other ones and
 report auto on it (per-set score and every miss: auto's pick vs the fastest, both measured and
 predicted times); then fit on all of them (the constants to ship) and report each file under
 that fit, and the ``--eval`` files (extra held-out sets) under both. A file given as
@@ -164,13 +165,15 @@ def cross_validate(sets, extra, cache, stack=None, final_extra=()) -> dict:
     doc = {"method": "cross-validation by shape set: fit on the other sets, auto (select.choose with the fitted model, "
                      "the device's occupancy per kernel, no tuned records) on the held-out one", "folds": {}}  # fmt: skip
     held = []
-    for path in sets:
-        others = [p for p in sets if p != path]
+    groups = [g if isinstance(g, (list, tuple)) else [g] for g in sets]
+    for group in groups:
+        others = [p for g in groups if g is not group for p in g]
         model = fit_files(others, cache, stack)
+        path = group[-1]  # a set timed more than once is judged on its last file (the newest candidates)
         rows, meta = load([path])
         rep = evaluate(model, rows, meta, cache_of(path), stack)
         print(f"fold: fit on {', '.join(Path(p).name for p in others)} (fit error {model.fit_error:.3f})")
-        s = _report_set(f"  held out {Path(path).name}", rep)
+        s = _report_set(f"  held out {' + '.join(Path(p).name for p in group)}", rep)
         held.append(s)
         fold = {"fit_on": [Path(p).name for p in others], "model": json.loads(model.to_json()), "summary": s, "rows": rep}
         for e in extra:
@@ -182,11 +185,11 @@ def cross_validate(sets, extra, cache, stack=None, final_extra=()) -> dict:
     print(f"cross-validated, all sets: {tot['within_5pct']}/{tot['timed']} ({tot['share_within_5pct']:.0%}) within 5%,"
           f" geomean {tot['geomean_auto_over_best']:.3f}")  # fmt: skip
     doc["cross_validated"] = tot
-    fitted = [*sets, *final_extra]
+    fitted = [*(p for g in groups for p in g), *final_extra]
     model = fit_files(fitted, cache, stack)
     print(f"fit on all {len(fitted)} sets (fit error {model.fit_error:.3f}, {model.samples} timings):")
     doc["final"] = {"model": json.loads(model.to_json()), "fit_on": [Path(p).name for p in fitted], "sets": {}}
-    for path in dict.fromkeys([*fitted, *extra]):
+    for path in dict.fromkeys([*(g[-1] for g in groups), *final_extra, *extra]):  # a set's last file, as in the folds
         rows, meta = load([path])
         rep = evaluate(model, rows, meta, cache_of(path), stack)
         doc["final"]["sets"][Path(path).name] = {"split": "train" if path in fitted else "held-out",
@@ -245,14 +248,15 @@ def main():
     if a.cv_by_set:
         # FILE@CACHE: a file whose keys live in another cache (same build identity)
         caches, where = {}, {}
-        for spec in [*a.train, *a.eval, *a.final_train]:
+        for spec in [f for t in [*a.train, *a.eval, *a.final_train] for f in t.split("+")]:
             path, _, other = spec.partition("@")
             where[path] = other or None
             if other and other not in caches:
                 caches[other] = Cache(other, create=False)
         cache_of = lambda path: caches[where[path]] if where.get(path) else cache  # noqa: E731
         strip = lambda xs: [x.partition("@")[0] for x in xs]  # noqa: E731
-        doc = cross_validate(strip(a.train), strip(a.eval + a.final_train), cache_of, stack, final_extra=strip(a.final_train))
+        sets = [strip(t.split("+")) for t in a.train]  # "a.json@C1+b.json@C2": one shape set timed twice
+        doc = cross_validate(sets, strip(a.eval + a.final_train), cache_of, stack, final_extra=strip(a.final_train))
         if a.out:
             Path(a.out).write_text(json.dumps(doc, indent=1))
         return

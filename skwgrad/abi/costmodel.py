@@ -339,16 +339,16 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
 _BUILTIN: dict[str, tuple] = {
-    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, run B1's
-    # 60 shapes (the corpus, the unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv) and run
-    # C1's 40 random layers (benchmarks/shapes/random_2026120113.csv, default + broad kernels):
-    # 3018 timings, ranking-weighted fit, geomean |error| 8.7%. Cross-validated by B1 shape set
-    # (fit on two, auto on the third), auto is within 5% of the fastest on 54 of 60 rows, geomean
-    # 1.016, at most 1.022 per set; the C1 set, held out of every fold, 32-34 of 40
-    # (benchmarks/results/costmodel_fit_c_2026-12-01.json). main_mac and main_mac_shared fit to 0:
-    # on this part the 16-bit main loop is priced by its per-iteration latency and its loads.
-    "sm_90": (0.225051, 0, 0, 0.131647, 0.00237642, 0.0346322, 0.308952, 0.0190439, 0.183821, 0.446548, 2.96678, 0, 3.07656,
-              0.0322913, 0.257681, 5.14129, 1.12203, 0, 0, 4.61601, 12.2525, 0.336575, 0),
+    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream: run B1's
+    # 60 shapes (the corpus, the unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv), the same
+    # 60 again on the default with the 64x64 / 128x256 tiles (run C2), and run C1's 40 random
+    # layers (benchmarks/shapes/random_2026120113.csv): 4329 timings, ranking-weighted fit,
+    # geomean |error| 8.5%. Cross-validated by shape set (fit on three, auto on the fourth; a set
+    # timed twice is judged on its run-C2 file): 71 of 81 rows within 5% of the fastest (88%),
+    # geomean 1.024 (benchmarks/results/costmodel_fit_d_2026-12-01.json). main_mac fits to 0: the
+    # 16-bit main loop is priced by its per-iteration latency, loads and the shared matrix work.
+    "sm_90": (0.193282, 0, 0.00221891, 0.162539, 0.000157998, 0.0339766, 0.328404, 0.0214523, 0.19747, 0.517587, 0,
+              0.919811, 6.84407, 0.0273059, 0.264332, 6.17112, 4.18595, 5.53572, 0, 6.75031, 0, 6.13936, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
