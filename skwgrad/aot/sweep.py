@@ -210,8 +210,9 @@ _FIRST_LAYER_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
 # Two more tiles at the widest vectors only, for the 2-D and pointwise kernels of the full sets
 # (every candidate of both presets timed on the H200 over the corpus, benchmarks/COMPILE.md "The
 # default after run C1"): 64x64 where a problem has few output tiles (more CTAs: 1x1 N=32, 3x3 64
-# channels N=256) and 128x256 where it has many and a long K per tile (3x3 320-640 channels). Both
-# fit every arch (gfx942 bf16 128x256x64: 48 KiB of LDS at two stages, 224 VGPRs, no spills).
+# channels N=256) and 128x256 where it has many and a long K per tile (3x3 320-640 channels).
+# 128x256 goes where its fp32 tile (128 KiB) fits the LDS, as the workspace stream-K kernel needs
+# it: sm_90 and gfx950, not gfx942 (64 KiB; its split-K kernels would fit, at 48 KiB).
 _SMALL_TILE = {2: Tile(64, 64, 64, 4), 4: Tile(64, 64, 32, 4)}
 _WIDE_TILE = {2: Tile(128, 256, 64, 8), 4: Tile(128, 256, 32, 8)}
 
@@ -227,7 +228,8 @@ def _default_extra_tiles(ctx: "FamilyContext", pointwise: bool) -> list[Tile]:
         return []
     b, stages = DTYPE_BYTES[ctx.dtype], ARCHES[ctx.arch].default_stages
     out = [_SMALL_TILE[b]] + ([] if pointwise else [_WIDE_TILE[b]])
-    return [Tile(t.bm, t.bn, t.bk, t.num_warps, stages) for t in out if _fits(ctx.arch, ctx.dtype, t.bm, t.bn, t.bk)]
+    # the stream-K workspace kernel stages its fp32 tile in LDS: a tile goes where that fits
+    return [Tile(t.bm, t.bn, t.bk, t.num_warps, stages) for t in out if t.bm * t.bn * 4 <= ARCHES[ctx.arch].lds_bytes_per_cu]
 
 
 def _fits(arch: str, dtype: str, bm: int, bn: int, bk: int) -> bool:
@@ -684,8 +686,8 @@ DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7", 64), 7: ("win7", 64)}
 # 0.3-0.7x cuDNN on the H200, benchmarks/RESULTS.md 2026-12-01): the same strips of 7 outputs, the
 # window is then the 2 * 7 + X - 2 contiguous x columns they read (same registers, ~1.7x the x
 # loads per product). 2-D only (strided 3-D depthwise layers are rare). Dilation 2 (``d2``) is
-# the same code, for the 3-wide filter (H200 run C2, dw3x3 dilation 2 256ch: 19.7 us against 37.9
-# for the best gather kernel and 226 for cuDNN).
+# the same code, for the 3-wide filter, in broad/full (H200 run C2, dw3x3 dilation 2 256ch: 19.7
+# us against 37.9 for the best gather kernel and 226 for cuDNN).
 DWCONV_WINDOW_STRIDED = {3: ("win7r3s2", 64), 5: ("win7s2", 64), 7: ("win7s2", 64)}
 # On wave32 (sm_90) the stride-2 kernels take 32 strips per step, not 64: a stride-2 layer has a
 # quarter of the outputs and needs the smaller step to fill the SMs (H200 run C2: r32 fastest or
@@ -757,8 +759,16 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
                 cfg, kw = DWCONV_CONFIGS[taps], {}
             for variant in ("direct", split):
                 out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec, **kw))
-        for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):  # window kernels: stride 1 and 2, dilation 2 along W
-            out += dwconv_window_specs(arch, dtype, dw, ("direct", _dwconv_split(dtype, dw)), dims=dims, strided=True, dilated=True)
+        # window kernels, 2-D at stride 1 and 2 along W, the split epilogue only, not for fp16 dW
+        # of fp16 (a minimal set, as in the dense default): the dearest kernels to compile (3-5 s
+        # of CPU each against 1 for a gather kernel; benchmarks/COMPILE.md "The default after
+        # run C1"). A one-split problem runs the split kernel at ks_count 1; 3-D and dilated
+        # depthwise run on the gather kernels (the H200: 95 us for 3x3x3 64ch, 6x cuDNN at
+        # dilation 2); broad/full keep every window kernel.
+        for dw in dw_dtypes(dtype):
+            if dtype == dw == "fp16":
+                continue
+            out += dwconv_window_specs(arch, dtype, dw, (_dwconv_split(dtype, dw),), dims=2, strided=True)
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
