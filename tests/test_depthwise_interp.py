@@ -11,18 +11,12 @@ on g = 2, 4, 8 shapes, 2-D and 3-D, every epilogue. Runs through tests/_interp_r
 runner of the dense families.
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.launch import dwconv_geometry, grouped_geometry
+from _interp import run_interpreter  # noqa: E402
 
-RUNNER = Path(__file__).with_name("_interp_runner.py")
 
 
 def spec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, taps=16, br=4, sd=2, warps=4, mode=""):
@@ -79,13 +73,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[1]))
     todo = [dict(id=i, problem=p, spec=s, ks_count=k) for i, p, s, k in CASES]
-    proc = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(todo), capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-    assert len(lines) == len(todo)
-    return {c["id"]: r for c, r in zip(todo, lines)}
+    return run_interpreter(todo, timeout=600)
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])

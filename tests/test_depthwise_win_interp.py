@@ -9,20 +9,14 @@ on both sides and asymmetric, 2-D and 3-D, partial channel blocks, channel vecto
 four epilogues, fp16/bf16/fp32 with dW in the input dtype and in fp32. Also the spec and
 geometry rules of the mode (what check_problem refuses, the grid and the ks_count clamp)."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.launch import dwconv_geometry, dwconv_ks_count, launch_geometry
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
+from _interp import run_interpreter  # noqa: E402
 
-RUNNER = Path(__file__).with_name("_interp_runner.py")
 
 
 def wspec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, kx=3, bp=4, mode="win4", sd=2):
@@ -57,13 +51,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[1]))
     todo = [dict(id=i, problem=p, spec=s, ks_count=k) for i, p, s, k in CASES]
-    proc = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(todo), capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-    assert len(lines) == len(todo)
-    return {c["id"]: r for c, r in zip(todo, lines)}
+    return run_interpreter(todo, timeout=900)
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])

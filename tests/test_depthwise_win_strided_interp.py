@@ -13,20 +13,14 @@ fp16/bf16/fp32 with dW in the input dtype and fp32, 2-D and 3-D (stride 2 in D a
 the production configurations of the default preset (``sweep.DWCONV_WINDOW_STRIDED``) on small
 shapes. Also the mode's spec rules (what the parser, the validator and check_problem refuse)."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.launch import dwconv_geometry, dwconv_window
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
+from _interp import run_interpreter  # noqa: E402
 
-RUNNER = Path(__file__).with_name("_interp_runner.py")
 
 
 def wspec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, kx=3, bp=4, mode="win4s2", sd=2):
@@ -72,13 +66,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[1]))
     todo = [dict(id=i, problem=p, spec=s, ks_count=k, seed=100 + n) for n, (i, p, s, k) in enumerate(CASES)]
-    proc = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(todo), capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-    assert len(lines) == len(todo)
-    return {c["id"]: r for c, r in zip(todo, lines)}
+    return run_interpreter(todo, timeout=900)
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])

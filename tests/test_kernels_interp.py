@@ -6,15 +6,9 @@ bf16 is left to the GPU checks: the interpreter's bf16 loads are not faithful (s
 3.9: a bf16 direct wgrad came back with values off by 1e10 while fp16/fp32 matched).
 """
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from _interp import run_interpreter  # noqa: E402
 
-RUNNER = Path(__file__).with_name("_interp_runner.py")
 
 
 def spec(family, variant, dtype="fp16", dw=None, *, vec=8, bm=16, bn=32, bk=16, mode="", pw=False, sd=2):
@@ -69,13 +63,8 @@ def cases():
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[1]))
     todo = cases()
-    proc = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(todo), capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
-    assert len(lines) == len(todo)
-    return {c["id"]: r for c, r in zip(todo, lines)}
+    return run_interpreter(todo, timeout=900)
 
 
 @pytest.mark.parametrize("case", [c["id"] for c in cases()])

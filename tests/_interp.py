@@ -1,0 +1,21 @@
+"""Run cases through the Triton interpreter in a subprocess (``_interp_runner.py``): the
+interpreter is chosen when the kernels are decorated, so it cannot be switched on in the test
+process. One place for the four interpreter test files."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+RUNNER = Path(__file__).with_name("_interp_runner.py")
+
+
+def run_interpreter(todo: list[dict], *, timeout: int = 900) -> dict:
+    """Case id -> the runner's result, for each case dict of ``todo`` (it must have an ``id``)."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[1]))
+    proc = subprocess.run([sys.executable, str(RUNNER)], input=json.dumps(todo), capture_output=True, text=True, env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == len(todo)
+    return {c["id"]: r for c, r in zip(todo, lines)}
