@@ -19,3 +19,17 @@ def run_interpreter(todo: list[dict], *, timeout: int = 900) -> dict:
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     assert len(lines) == len(todo)
     return {c["id"]: r for c, r in zip(todo, lines)}
+
+
+def check_dwconv_cases(cases, results) -> None:
+    """Each depthwise case ran at the split degree its geometry resolves to, and its spec admits
+    its problem (the claim behind each case id)."""
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.abi.launch import dwconv_geometry
+    from skwgrad.abi.spec import KernelSpec
+
+    for cid, problem, sp, ks in cases:
+        p = parse_problem(problem)
+        geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks, mode=sp["mode"])
+        assert results[cid]["ks_count"] == geo.ks_count == ks, cid
+        KernelSpec(**sp).check_problem(p)

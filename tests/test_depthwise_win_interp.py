@@ -12,10 +12,10 @@ geometry rules of the mode (what check_problem refuses, the grid and the ks_coun
 import pytest
 
 from skwgrad.abi.conv import parse_problem
-from skwgrad.abi.launch import dwconv_geometry, dwconv_ks_count, launch_geometry
+from skwgrad.abi.launch import dwconv_ks_count, launch_geometry
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
-from _interp import run_interpreter  # noqa: E402
+from _interp import check_dwconv_cases, run_interpreter  # noqa: E402
 
 
 
@@ -63,11 +63,7 @@ def test_window_interpreter_numerics(results, case):
 
 
 def test_cases_cover_what_they_claim(results):
-    for cid, problem, sp, ks in CASES:
-        p = parse_problem(problem)
-        geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks, mode=sp["mode"])
-        assert results[cid]["ks_count"] == geo.ks_count == ks, cid
-        KernelSpec(**sp).check_problem(p)
+    check_dwconv_cases(CASES, results)
     assert {c[2]["dtype"] for c in CASES} == {"fp16", "bf16", "fp32"}
     assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace"}
     assert {c[2]["vec_c"] for c in CASES} == {1, 2, 4, 8}

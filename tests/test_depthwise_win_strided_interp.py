@@ -16,10 +16,10 @@ shapes. Also the mode's spec rules (what the parser, the validator and check_pro
 import pytest
 
 from skwgrad.abi.conv import parse_problem
-from skwgrad.abi.launch import dwconv_geometry, dwconv_window
+from skwgrad.abi.launch import dwconv_window
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
-from _interp import run_interpreter  # noqa: E402
+from _interp import check_dwconv_cases, run_interpreter  # noqa: E402
 
 
 
@@ -80,11 +80,7 @@ def test_strided_window_interpreter_numerics(results, case):
 def test_cases_cover_what_they_claim(results):
     from skwgrad.aot.sweep import DWCONV_WINDOW_STRIDED
 
-    for cid, problem, sp, ks in CASES:
-        p = parse_problem(problem)
-        geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks, mode=sp["mode"])
-        assert results[cid]["ks_count"] == geo.ks_count == ks, cid
-        KernelSpec(**sp).check_problem(p)
+    check_dwconv_cases(CASES, results)
     probs = [(parse_problem(p), dwconv_window(s["mode"]), s) for _, p, s, _ in CASES]
     assert {c[2]["dtype"] for c in CASES} == {"fp16", "bf16", "fp32"}
     assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace"}
