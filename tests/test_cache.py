@@ -26,6 +26,7 @@ from click.testing import CliRunner
 import skwgrad.cache.store as store
 from skwgrad.aot.compile import CompiledKernel, compiler_identity
 from skwgrad.aot.kernels import source_hash
+from skwgrad.abi.costmodel import MODEL_VERSION
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.aot.sweep import sweep
 from skwgrad.cache import Cache, CacheEntry, default_cache_dir
@@ -521,7 +522,7 @@ def test_import_skips_a_cost_model_of_another_model_version_and_keeps_the_kernel
 
 @pytest.mark.parametrize("bad,match", [
     ({"model_json": "{}"}, "cost model"),
-    ({"model_json": '{"version": 2, "arch": "gfx942", "terms": ["x"], "constants": [1]}'}, "cost model"),
+    ({"model_json": json.dumps({"version": MODEL_VERSION, "arch": "gfx942", "terms": ["x"], "constants": [1]})}, "cost model"),
     ({"model_json": '{"version": true, "arch": "gfx942"}'}, "cost model"),
     ({"arch": "gfx950"}, "not gfx950"),
     ({"cus": 0}, "cus"),

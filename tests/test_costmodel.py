@@ -156,10 +156,53 @@ def test_mma_chain_is_per_warp_and_fp32_has_its_own_rate():
                        precision=prec)  # fmt: skip
         d = M.terms(pf, s, launch_geometry(pf, "wgrad", "direct", bm=64, bn=128, bk=32), arch="sm_90", compute_units=132,
                     occupancy=1).as_dict()  # fmt: skip
-        # fp32 inputs: matrix work on the fp32 term only, at the arch's tf32/ieee cost ratio
-        assert d["main_mac_shared"] == 0
-        assert d["main_mac_fp32_shared"] == pytest.approx(cost * 64 * 128 * 32 / 65536 * d["main_iter"])
-    assert ts[0].as_dict()["main_mac_fp32_shared"] == 0
+        # fp32 inputs: matrix work on the precision's own term only (each rate fitted), in units of
+        # the arch's tf32/ieee cost ratio
+        own, other = ("main_mac_tf32_shared", "main_mac_ieee_shared") if prec == "tf32" else ("main_mac_ieee_shared", "main_mac_tf32_shared")
+        assert d["main_mac_shared"] == 0 and d[other] == 0
+        assert d[own] == pytest.approx(cost * 64 * 128 * 32 / 65536 * d["main_iter"])
+    assert ts[0].as_dict()["main_mac_tf32_shared"] == ts[0].as_dict()["main_mac_ieee_shared"] == 0
+
+
+def test_exposed_loads_price_a_cu_holding_too_few_warps_to_hide_load_latency():
+    # conv1-like: three tiles, a long reduction; 44 splits put one 4-warp CTA on each of 132 SMs,
+    # 88 splits two. The shared terms say the same work per CU; only the exposed-loads term says
+    # one 4-warp CTA alone cannot keep its loads in flight (H200: 247 vs 194 us)
+    p = parse_problem("n=32,c=3,k=64,h=224,w=224,y=7,x=7,stride=2,padding=3")
+    s = _spec("wgrad", "two_stage", p, bm=64, bn=64, vec_c=1)
+    d = {ks: M.terms(p, s, launch_geometry(p, "wgrad", "two_stage", bm=64, bn=64, bk=64, ks_count=ks), arch="sm_90",
+                     compute_units=132, occupancy=2) for ks in (44, 88)}  # fmt: skip
+    assert (d[44].resident, d[88].resident) == (1, 2)
+    e = {ks: t.as_dict()["main_loads_exposed"] for ks, t in d.items()}
+    loads = {ks: t.as_dict()["main_loads_shared"] / t.resident for ks, t in d.items()}  # path x loads per iteration
+    assert e[44] == pytest.approx(loads[44] * (M.LOAD_HIDING_WARPS / 4 - 1))
+    assert e[88] == pytest.approx(loads[88] * (M.LOAD_HIDING_WARPS / 4 - 2)) and e[44] > 2 * e[88]
+    only = M.CostModel("sm_90", tuple(1.0 if t == "main_loads_exposed" else 0.0 for t in M.TERMS))
+    assert only.predict(d[88]) < only.predict(d[44])
+    # a CU already full of warps exposes nothing
+    big = _spec("wgrad", "two_stage", p, bm=128, bn=128, warps=8, vec_c=1)
+    g = launch_geometry(p, "wgrad", "two_stage", bm=128, bn=128, bk=64, ks_count=132)
+    assert M.terms(p, big, g, arch="sm_90", compute_units=132, occupancy=2).as_dict()["main_loads_exposed"] == 0
+
+
+def test_a_stream_k_range_stores_once_per_tile_it_touches():
+    # 216 one-iteration tiles on a pool of 132: every tile is stream-K, 84 CTAs walk two whole
+    # tiles and store both; the model must see two stores on the path, not one wave's
+    p = parse_problem("n=1,c=768,k=1024,h=7,w=7,y=3,x=3,padding=1")
+    s = _spec("wgrad_sk", "linear", p, bm=128, bn=256, warps=8, mode="dp_sk")
+    g = launch_geometry(p, "wgrad_sk", "linear", bm=128, bn=256, bk=64, mode="dp_sk", pool=132, flags_per_cta=s.flags_per_cta(32))
+    assert (g.partition.dp_tiles, g.partition.sk_ctas, g.tiling.iters_per_tile) == (0, 132, 1)
+    d = M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+    assert d["epilogue"] == pytest.approx(2 * 128 * 256 * 4 / 1024)
+    # a long reduction: a range straddles tiles on average by (L - 1) / ipt
+    q = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
+    sq = _spec("wgrad_sk", "linear", q, mode="dp_sk")
+    gq = launch_geometry(q, "wgrad_sk", "linear", bm=64, bn=128, bk=64, mode="dp_sk", pool=132, flags_per_cta=sq.flags_per_cta(32))
+    part, ipt = gq.partition, gq.tiling.iters_per_tile
+    sk_len = part.iters_per_sk_cta + (1 if part.extra_iters else 0)
+    dq = M.terms(q, sq, gq, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+    waves = math.ceil(gq.grid / 132)
+    assert dq["epilogue"] == pytest.approx((waves + (sk_len - 1) / ipt) * 64 * 128 * 4 / 1024)
 
 
 def test_stage2_chain_grows_with_the_replicas_and_prices_many_splits_of_a_small_dw():
@@ -212,7 +255,7 @@ def test_fit_keeps_the_prior_for_terms_no_sample_exercises():
     truth = M.CostModel("sm_90", tuple(rng.uniform(0.01, 1.0) for _ in M.TERMS))
     samples = [(t, truth.predict(t)) for p, s, geo in _launches() for t in [M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=2)]]
     unseen = [n for i, n in enumerate(M.TERMS) if all(t.values[i] == 0 for t, _ in samples)]
-    assert "main_mac_fp32_shared" in unseen and "fixed_sk_atomic" in unseen  # bf16 launches, no atomic reduction
+    assert "main_mac_tf32_shared" in unseen and "main_mac_ieee_shared" in unseen and "fixed_sk_atomic" in unseen  # bf16 launches, no atomic reduction
     prior = M.CostModel("sm_90", tuple(7.0 + i for i in range(len(M.TERMS))), source="prior")
     fitted = M.fit(samples, arch="sm_90", prior=prior)
     for i, n in enumerate(M.TERMS):
@@ -222,8 +265,8 @@ def test_fit_keeps_the_prior_for_terms_no_sample_exercises():
     assert max(abs(fitted.predict(t) / us - 1) for t, us in samples) < 1e-6
     assert M.CostModel.from_json(fitted.to_json()).kept == fitted.kept
     # default prior: the arch's built-in constants
-    assert M.fit(samples, arch="sm_90").constants[M.TERMS.index("main_mac_fp32_shared")] == M.builtin("sm_90").constants[
-        M.TERMS.index("main_mac_fp32_shared")]  # fmt: skip
+    assert M.fit(samples, arch="sm_90").constants[M.TERMS.index("main_mac_tf32_shared")] == M.builtin("sm_90").constants[
+        M.TERMS.index("main_mac_tf32_shared")]  # fmt: skip
 
 
 def test_epilogue_counts_the_stores_of_every_co_resident_cta():
@@ -294,10 +337,13 @@ def test_a_persistent_cta_stores_every_dp_tile_it_walks():
     part = g.partition
     assert g.grid == 132 and part.dp_tiles == 2 * 132 and part.sk_ctas  # two DP tiles each, then an SK range
     d = M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=1).as_dict()
-    walks = math.ceil(part.dp_tiles / part.pool) + (1 if part.sk_ctas else 0)
+    sk_len = part.iters_per_sk_cta + (1 if part.extra_iters else 0)
+    walks = math.ceil(part.dp_tiles / part.pool) + 1 + (sk_len - 1) / part.iters_per_tile  # and one per tile its SK range touches
     assert walks >= 3 and d["epilogue"] == pytest.approx(walks * 128 * 128 * 4 / 1024)
     dp = _spec("wgrad_sk", "linear", p, bm=128, warps=8, mode="dp_sk")
     gd = launch_geometry(p, "wgrad_sk", "linear", bm=128, bn=128, bk=64, mode="dp_sk", pool=132,
                          flags_per_cta=dp.flags_per_cta(32) or None)  # fmt: skip
     dd = M.terms(p, dp, gd, arch="sm_90", compute_units=132, occupancy=1).as_dict()  # one tile per CTA, in waves
-    assert dd["epilogue"] == pytest.approx(math.ceil(gd.grid / 132) * 128 * 128 * 4 / 1024)
+    pd = gd.partition
+    sk_len = pd.iters_per_sk_cta + (1 if pd.extra_iters else 0)
+    assert dd["epilogue"] == pytest.approx((math.ceil(gd.grid / 132) + (sk_len - 1) / pd.iters_per_tile) * 128 * 128 * 4 / 1024)

@@ -13,11 +13,14 @@ co-residency on a CU and the CU count):
              (``main_iter``), the MMA chain of one warp (``main_mac``: its share of the tile, so a
              128x128 tile on 8 warps chains as long as a 64x128 one on 4), and the CU's throughput
              shared by the ``r`` resident CTAs: matrix work (``main_mac_shared`` for 16-bit
-             inputs, ``main_mac_fp32_shared`` for fp32 inputs, whose tf32/ieee MMA path is fitted
-             rather than assumed from peak rates), vector loads issued and bytes read
-             (``main_loads_shared``, ``main_bytes_shared``).
-``epilogue`` tile stores on the critical path (one per wave of CTAs; a persistent CTA's per DP tile it walks),
-             in the bytes they write,
+             inputs; ``main_mac_tf32_shared`` and ``main_mac_ieee_shared`` for fp32 inputs, each
+             path fitted on its own: H200 tf32 runs far below its peak ratio to bf16), vector
+             loads issued and bytes read (``main_loads_shared``, ``main_bytes_shared``).
+             ``main_loads_exposed``: a CU holding fewer than ``LOAD_HIDING_WARPS`` warps cannot
+             hide its loads' latency behind other warps; the loads of the missing warps' share
+             cost extra (a 4-warp CTA alone on a CU is much slower per load than two of them).
+``epilogue`` tile stores on the critical path (one per wave of CTAs; a persistent CTA's per DP tile it walks;
+             a stream-K range one per tile it touches), in the bytes they write,
              times the ``r`` co-resident CTAs whose stores leave the same CU.
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
              tree: one per round); ``fixup_atomic``: the atomic adds of the workspace / atomic
@@ -59,7 +62,7 @@ from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.launch import LaunchGeometry
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 2  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch
+MODEL_VERSION = 3  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
@@ -70,7 +73,7 @@ CLASSES = (
 TERMS = (
     "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
-    "main_mac_fp32_shared", "stage2_chain", "l2_refetch",
+    "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
     *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -107,10 +110,14 @@ def _spec_mac_cost(arch: str, spec) -> float:
     return table.get(spec.precision if spec.dtype == "fp32" else "", 1.0)
 
 
-# Stack bytes per thread that cost nothing measurable (H200, 2026-12-01, run C1): the 128x256
-# kernels with 432-520 B of stack run at their tile's predicted rate; kernels with 968 B and
-# more run 2-10x slower.
-SPILL_FREE_BYTES = 768
+# Stack bytes per thread that cost nothing measurable (H200, 2026-12-01, runs C1/C2): the 128x256
+# kernels with 432-520 B of stack run at their tile's predicted rate; the 760 B ones (128x256
+# stream-K linear with an fp32 dW) 10-20% slower; 968 B and more 2-10x slower. Cross-validated
+# by shape set, 512 ranks best (102/112 rows within 5%; 768: 100/112, 256: 99/113).
+SPILL_FREE_BYTES = 512
+# Warps a CU must hold to hide its loads' latency (H200 cross-validation: 12, 16 and 24 rank alike;
+# 8 ranks as if the term were absent).
+LOAD_HIDING_WARPS = 16
 
 
 def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute_units: int, occupancy: int,
@@ -127,6 +134,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     grid = max(1, geo.grid)
     part = geo.partition
     total = tiles * ipt
+    sk_len = 0
     if spec.family in ("wgrad", "grouped"):
         longest = geo.ks_iters
         grain = geo.ks_iters
@@ -155,8 +163,15 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     v = spec.variant
     partial = 4 if v in ("two_stage", "atomic", "workspace", "linear", "tree") else out
     stores = waves  # tile stores one CTA slot makes on the critical path
-    if spec.family == "wgrad_sk" and spec.mode == "persistent":  # a persistent CTA stores each DP tile it walks
-        stores = math.ceil(part.dp_tiles / part.pool) + (1 if part.sk_ctas else 0)
+    if spec.family == "wgrad_sk":
+        # an SK range of L iterations from an arbitrary offset touches 1 + (L - 1) / ipt tiles on
+        # average and stores a partial or a tile at the end of each (216 one-iteration tiles on
+        # 132 CTAs: two stores on the path, not one)
+        sk_stores = 1.0 + (sk_len - 1) / ipt if sk_len else 0.0
+        if spec.mode == "persistent":  # and a persistent CTA stores each DP tile it walks
+            stores = math.ceil(part.dp_tiles / part.pool) + sk_stores
+        else:
+            stores = waves + max(0.0, sk_stores - 1.0)
     epilogue = stores * tile_out * partial * resident / 1024.0  # the co-resident CTAs' stores share the CU
     fix_serial = fix_bytes = fix_atomic = 0.0
     if spec.family == "wgrad_sk" and part.sk_ctas:
@@ -191,7 +206,9 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         float(path), path * mac_warp, 0.0 if fp32_in else path * mac * resident, path * loads * resident,
         path * nbytes * resident, epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
         path * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0 * resident,
-        path * mac * resident if fp32_in else 0.0, stage2_chain, refetch,
+        path * mac * resident if fp32_in and spec.precision != "tf32" else 0.0, stage2_chain, refetch,
+        path * mac * resident if fp32_in and spec.precision == "tf32" else 0.0,
+        path * loads * max(0.0, LOAD_HIDING_WARPS / max(1, spec.num_warps) - resident),
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
     )  # fmt: skip
     return Terms(values, resident, path)
@@ -341,14 +358,12 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream: run B1's
     # 60 shapes (the corpus, the unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv), the same
-    # 60 again on the default with the 64x64 / 128x256 tiles (run C2), and run C1's 40 random
-    # layers (benchmarks/shapes/random_2026120113.csv): 4329 timings, ranking-weighted fit,
-    # geomean |error| 8.5%. Cross-validated by shape set (fit on three, auto on the fourth; a set
-    # timed twice is judged on its run-C2 file): 71 of 81 rows within 5% of the fastest (88%),
-    # geomean 1.024 (benchmarks/results/costmodel_fit_d_2026-12-01.json). main_mac fits to 0: the
-    # 16-bit main loop is priced by its per-iteration latency, loads and the shared matrix work.
-    "sm_90": (0.193282, 0, 0.00221891, 0.162539, 0.000157998, 0.0339766, 0.328404, 0.0214523, 0.19747, 0.517587, 0,
-              0.919811, 6.84407, 0.0273059, 0.264332, 6.17112, 4.18595, 5.53572, 0, 6.75031, 0, 6.13936, 0),
+    # 60 again on the default with the 64x64 / 128x256 tiles (run C2), and the drawn layers of
+    # benchmarks/shapes/random_2026120113.csv (run C1) and random_2026120114.csv (run C2): 5248
+    # timings, ranking-weighted fit, geomean |error| 6.8%. Cross-validated by shape set (fit on four
+    # sets, auto on the fifth; a set timed twice is judged on its run-C2 file): 102 of 112 rows
+    # within 5% of the fastest (91%), geomean 1.014 (benchmarks/results/costmodel_fit_e_2026-12-01.json).
+    "sm_90": (0.0385204, 0, 0.0100241, 0.152406, 0, 0.0323748, 0.413024, 0.0179489, 0.151762, 0.397273, 0, 3.41297, 4.2545, 0.023332, 0.265925, 5.12232, 0.116523, 0.0212271, 4.1363, 5.19708, 0, 6.69196, 0, 6.5959, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -374,7 +389,8 @@ _DEFAULT_PRIOR = (
     0.02, 0.01, 0.005, 0.01, 0.002,  # main loop
     0.01, 0.5, 0.02, 0.01,  # epilogue, fix-up
     0.3, 3.0, 0.25, 0.05,  # stage2 (per MiB), launch, dram (per MiB per CU), spill
-    0.03, 0.3, 25.0,  # fp32-input matrix work, Stage-2 chain (per replica and wave), L2 refetch (per MiB per CU)
+    0.03, 0.3, 25.0,  # ieee fp32-input matrix work, Stage-2 chain (per replica and wave), L2 refetch (per MiB per CU)
+    0.03, 0.05,  # tf32 matrix work, exposed loads
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 

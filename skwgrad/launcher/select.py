@@ -674,7 +674,7 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
         spec = entry.spec
         setting = dict(pool=int(r["pool"])) if spec.family == "wgrad_sk" else dict(ks_count=int(r["ks_count"]))
         geo = _geometry(problem, spec, int(entry.metadata["threads"]), **setting)
-        stack = int(entry.metadata.get("stack_bytes", 0) if stack_bytes is None else stack_bytes.get(r["key"], 0))
+        stack = int(entry.metadata.get("stack_bytes", (stack_bytes or {}).get(r["key"], 0)))
         out.append((cost_terms(problem, spec, geo, arch=arch, compute_units=cus, occupancy=int(r["occupancy"]), stack_bytes=stack),
                     float(r["us"])))  # fmt: skip
     return out
