@@ -1,12 +1,16 @@
 """Draw dense convolution layers that are in no file of the project, as a corpus CSV.
 
     python benchmarks/random_shapes.py --seed 20261201 --n 40 --out benchmarks/shapes/random_S.csv
+    python benchmarks/random_shapes.py --kind depthwise --seed 20261201 --n 16 --out benchmarks/shapes/random_dw_S.csv
 
 Layers are drawn the way CNN layers look (not uniformly): channel counts mostly multiples of 16
 with a few odd ones, resolution falling as channels grow, 1x1 / 3x3 and a few 5x5 / 7x7 filters,
 stride 2 now and then, batch 1-64, and the dtypes a user trains in (bf16 and fp16 under autocast
 with fp32 weights, bf16 weights, fp32 with TF32). Held-out evidence for selection: a fit that never
 saw these shapes is judged on them. The seed is written in the file name so a set can be redrawn.
+``--kind depthwise``: depthwise and grouped layers the way mobile / modern CNNs have them
+(MobileNet / EfficientNet / ConvNeXt / ResNeXt / RegNet stages): 3x3 to 7x7 depthwise at stride 1
+or 2, a few dilated, and grouped 3x3 with 4-64 channels per group.
 """
 
 from __future__ import annotations
@@ -40,11 +44,34 @@ def draw(rng: random.Random) -> dict:
                 stride=stride, padding=f // 2, dilation=1, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
 
 
+def draw_depthwise(rng: random.Random) -> dict:
+    level = rng.randrange(4)
+    h = (112, 56, 28, 14)[level]
+    h = max(5, h + rng.choice((0, 0, 0, 1, -1)))  # an odd size now and then
+    dtype, dw, prec, _ = rng.choices(DTYPES, weights=[d[3] for d in DTYPES])[0]
+    n = rng.choice((8, 16, 32, 32, 64))
+    if rng.random() < 0.7:  # depthwise
+        c = int((16, 32, 64, 128)[level] * rng.choice((1, 1.5, 3, 4, 6)))
+        c += rng.choice((0, 0, 0, 8, -8))
+        f = rng.choices((3, 5, 7), weights=(5, 3, 2))[0]
+        stride = 2 if rng.random() < 0.3 else 1
+        dil = 2 if stride == 1 and f == 3 and rng.random() < 0.15 else 1
+        g, k = c, c
+    else:  # grouped: 4-64 channels per group
+        cg = rng.choice((4, 8, 16, 32, 64))
+        c = int((64, 128, 256, 512)[level] * rng.choice((1, 1.5, 2)))
+        c = max(2 * cg, c // cg * cg)  # at least two groups
+        g, k, f, stride, dil = c // cg, c, 3, (2 if rng.random() < 0.2 else 1), 1
+    return dict(n=n, in_channels=c, out_channels=k, groups=g, d=1, h=h, w=h, z=1, y=f, x=f, stride=stride,
+                padding=dil * (f // 2), dilation=dil, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--kind", choices=("dense", "depthwise"), default="dense")
     ap.add_argument("--max-gflop", type=float, default=200.0, help="redraw layers above this (keeps a run short)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -53,14 +80,17 @@ def main():
     rng = random.Random(args.seed)
     rows, seen = [], set()
     while len(rows) < args.n:
-        r = draw(rng)
-        flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] * r["y"] * r["x"] * (r["h"] // r["stride"]) ** 2
+        r = draw(rng) if args.kind == "dense" else draw_depthwise(rng)
+        flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] // r["groups"] * r["y"] * r["x"] * (r["h"] // r["stride"]) ** 2
         key = tuple(r.values())
         if flop / 1e9 > args.max_gflop or key in seen:
             continue
         seen.add(key)
-        name = f"rand{len(rows):02d}_{r['y']}x{r['x']}s{r['stride']}_{r['in_channels']}to{r['out_channels']}_{r['h']}_n{r['n']}_{r['dtype']}"
-        rows.append({"name": name, **r, "regime": "random"})
+        kind = "" if r["groups"] == 1 else ("dw_" if r["groups"] == r["in_channels"] else f"g{r['groups']}_")
+        dil = f"d{r['dilation']}" if r["dilation"] > 1 else ""
+        name = (f"rand{kind}{len(rows):02d}_{r['y']}x{r['x']}s{r['stride']}{dil}_{r['in_channels']}to{r['out_channels']}_{r['h']}"
+                f"_n{r['n']}_{r['dtype']}{'_dwfp32' if r['dw_dtype'] == 'fp32' and r['dtype'] != 'fp32' else ''}")
+        rows.append({"name": name, **r, "regime": "random" if args.kind == "dense" else "random_depthwise"})
     out = Path(args.out)
     with out.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=HEADER)

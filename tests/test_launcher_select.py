@@ -407,7 +407,21 @@ def test_tune_top_times_what_auto_would_run_first():
     space = S.all_choices(dw, c, arch="sm_90", cus=132, occupancy=occ(2))
     auto = S.choose(dw, c, arch="sm_90", cus=132, occupancy=occ(2), use_tuned=False)
     assert space[0].kernel.key == auto.kernel.key and space[0].spec.family == "dwconv"
+    assert space[0].ks_count == auto.ks_count
     assert {x.spec.family for x in space[:4]} == {"dwconv"}
+    # the search also tries each depthwise kernel at the degrees of 1, 2, 4, 8 CTAs per CU (the rule is a guess)
+    from skwgrad.abi.launch import dwconv_ks_count
+
+    big = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1")
+    space = S.all_choices(big, c, arch="sm_90", cus=132, occupancy=occ(2))
+    auto = S.choose(big, c, arch="sm_90", cus=132, occupancy=occ(2), use_tuned=False)
+    lead = [x for x in space if x.kernel.key == auto.kernel.key]
+    s = auto.spec
+    want = {dwconv_ks_count(big, bc=s.bm, br=s.bk, compute_units=132, ctas_per_cu=n, mode=s.mode) for n in (1, 2, 4, 8)}
+    assert space[0].kernel.key == auto.kernel.key and space[0].ks_count == auto.ks_count
+    assert len(want) == 4 and {x.ks_count for x in lead} == want | {auto.ks_count}
+    assert len({(x.kernel.key, x.ks_count) for x in space}) == len(space)  # no launch twice
+    assert all(x.ks_count == 1 for x in space if x.spec.variant == "direct")
     be = F.FakeBackend(cus=132, max_active=2)
     rows = S.tune(dw, be, c, warmup=0, iters=1, top=3, remember=False)
     assert {r["family"] for r in rows} == {"dwconv"}

@@ -229,13 +229,27 @@ def _family_ks(problem: ConvProblem, s, cus: int) -> int:
 
 def _special_ks(problem: ConvProblem, k: Kernel, cus: int) -> int:
     """That degree, as kernel ``k``'s epilogue can take it."""
-    s = k.spec
-    ks = _family_ks(problem, s, cus)
-    if s.variant == "direct":
+    return _as_epilogue_takes(problem, k, _family_ks(problem, k.spec, cus))
+
+
+def _as_epilogue_takes(problem: ConvProblem, k: Kernel, ks: int) -> int:
+    if k.spec.variant == "direct":
         return 1
-    if s.variant == "two_stage":
-        ks = max(1, min(ks, _two_stage_cap(problem)))
+    if k.spec.variant == "two_stage":
+        return max(1, min(ks, _two_stage_cap(problem)))
     return ks
+
+
+# CTAs per CU the search (tune, calibrate) also tries for a depthwise kernel's split degree, beside
+# the family rule's: the rule is a starting point, the timings say where it is wrong.
+DWCONV_SEARCH_CTAS_PER_CU = (1, 2, 4, 8)
+
+
+def _dwconv_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int]:
+    s = k.spec
+    got = {_as_epilogue_takes(problem, k, dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, ctas_per_cu=c, mode=s.mode))
+           for c in DWCONV_SEARCH_CTAS_PER_CU}  # fmt: skip
+    return sorted(got)
 
 
 def _splitk_degrees(problem: ConvProblem, k: Kernel, cus: int, o: LaunchOptions) -> list[int]:
@@ -591,12 +605,14 @@ def all_choices(
                 continue
             if s.variant in ("two_stage", "workspace") and stage2 is None:
                 continue
-            c = Choice(k, ks_count=_special_ks(problem, k, cus), stage2=stage2 if s.variant in ("two_stage", "workspace") else None,
-                       reason="candidate")  # fmt: skip
-            if pick is not None and k.key == pick.kernel.key:
-                special.insert(0, dataclasses.replace(c, ks_count=pick.ks_count, stage2=pick.stage2))
-            else:
-                special.append(c)
+            st2 = stage2 if s.variant in ("two_stage", "workspace") else None
+            lead = pick is not None and k.key == pick.kernel.key
+            for n in _dwconv_search_ks(problem, k, cus):
+                if lead and n == pick.ks_count:
+                    continue
+                special.append(Choice(k, ks_count=n, stage2=st2, reason="candidate"))
+            if lead:
+                special.insert(0, Choice(k, ks_count=pick.ks_count, stage2=pick.stage2, reason="candidate"))
     # A depthwise problem's own family first (the rule's pick leading): a ``top`` cut of this list
     # (tune on first use) must time what auto would run, not only dense kernels.
     return special + out if (problem.c, problem.k) == (1, 1) else out + special
