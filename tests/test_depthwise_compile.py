@@ -16,7 +16,7 @@ from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.kernargs import declaration
-from skwgrad.abi.launch import DWCONV_MIN_STEPS, dwconv_geometry, dwconv_ks_count, grouped_ks_count, launch_geometry
+from skwgrad.abi.launch import DWCONV_MIN_STEPS, DWCONV_WIN_CTAS_PER_CU, dwconv_geometry, dwconv_ks_count, grouped_ks_count, launch_geometry
 from skwgrad.abi.spec import KernelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -262,3 +262,8 @@ def test_ks_count_rule_fills_the_device(arch):
     ks = dwconv_ks_count(small, bc=64, br=4, compute_units=cus)
     assert ks == max(1, 49 // DWCONV_MIN_STEPS)
     assert dwconv_ks_count(parse_problem("n=1,c=8,k=8,g=8,h=3,w=3,y=3,x=3,padding=1"), bc=64, br=4, compute_units=cus) == 1
+    # window kernels fill the device at DWCONV_WIN_CTAS_PER_CU (2), the gather kernels at 4
+    win = dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3")
+    assert DWCONV_WIN_CTAS_PER_CU == 2 and win == dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", ctas_per_cu=2)
+    assert 9 * win >= 2 * cus and 9 * (win - 1) < 2 * cus  # 9 blocks of 16 channels
+    assert dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", ctas_per_cu=4) > win

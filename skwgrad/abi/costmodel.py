@@ -359,11 +359,12 @@ _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream: run B1's
     # 60 shapes (the corpus, the unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv), the same
     # 60 again on the default with the 64x64 / 128x256 tiles (run C2), and the drawn layers of
-    # benchmarks/shapes/random_2026120113.csv (run C1) and random_2026120114.csv (run C2): 5248
-    # timings, ranking-weighted fit, geomean |error| 6.8%. Cross-validated by shape set (fit on four
-    # sets, auto on the fifth; a set timed twice is judged on its run-C2 file): 102 of 112 rows
-    # within 5% of the fastest (91%), geomean 1.014 (benchmarks/results/costmodel_fit_e_2026-12-01.json).
-    "sm_90": (0.0385204, 0, 0.0100241, 0.152406, 0, 0.0323748, 0.413024, 0.0179489, 0.151762, 0.397273, 0, 3.41297, 4.2545, 0.023332, 0.265925, 5.12232, 0.116523, 0.0212271, 4.1363, 5.19708, 0, 6.69196, 0, 6.5959, 0),
+    # benchmarks/shapes/random_2026120113.csv (run C1), random_2026120114.csv (C2) and
+    # random_2026120115.csv (D1): 6302 timings, ranking-weighted fit, geomean |error| 6.6%.
+    # Cross-validated by shape set (fit on five sets, auto on the sixth; a set timed twice is judged
+    # on its run-C2 file): 122 of 138 rows within 5% of the fastest (88%), geomean 1.016
+    # (benchmarks/results/costmodel_fit_f_2026-12-01.json).
+    "sm_90": (0.0258056, 0, 0.0100633, 0.14893, 0, 0.0350079, 0.44169, 0.0174955, 0.151028, 0.386425, 0, 3.3983, 3.55923, 0.0233558, 0.261199, 5.24659, 0.102848, 0.0267619, 4.09191, 5.28315, 0, 6.50206, 0, 6.55508, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike

@@ -127,6 +127,9 @@ def launch_geometry(
 # (bm, bn, bk) are (BC, TAPS_P2, BR); the Tiling reports channel blocks as tiles and steps as
 # iterations.
 DWCONV_CTAS_PER_CU = 4  # enough resident CTAs to hide the gather latency (~4 waves of CTAs)
+# window kernels read contiguous strips: 2 CTAs per CU was the fastest of 1, 2, 4, 8 on most window
+# rows (H200 run D1, 19 depthwise rows: auto 1.05x the fastest geomean, 13 within 5%; at 4: 1.09x, 9)
+DWCONV_WIN_CTAS_PER_CU = 2
 DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue dominates
 # window kernels: one step is BR strips x BW columns x every tap of TR rows (7-21x a gather
 # step's products), so fewer steps per split already hide the epilogue
@@ -180,10 +183,13 @@ def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str =
 
 
 def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
-                    ctas_per_cu: int = DWCONV_CTAS_PER_CU, mode: str = "") -> int:  # fmt: skip
+                    ctas_per_cu: int | None = None, mode: str = "") -> int:  # fmt: skip
     """The split-K degree that fills the device: ``ctas_per_cu * compute_units`` CTAs over the
-    channel blocks, each split keeping at least DWCONV_MIN_STEPS steps (clamped to [1, steps]).
+    channel blocks (default: DWCONV_CTAS_PER_CU for gather kernels, DWCONV_WIN_CTAS_PER_CU for
+    window kernels), each split keeping at least DWCONV_MIN_STEPS steps (clamped to [1, steps]).
     ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``)."""
+    if ctas_per_cu is None:
+        ctas_per_cu = DWCONV_WIN_CTAS_PER_CU if dwconv_window(mode)[0] else DWCONV_CTAS_PER_CU
     if compute_units <= 0 or ctas_per_cu <= 0:
         raise ProblemError(f"dwconv_ks_count needs compute_units > 0 and ctas_per_cu > 0, got {compute_units}, {ctas_per_cu}")
     t = dwconv_tiling(problem, bc, 1, br, mode)
