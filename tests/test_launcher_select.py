@@ -395,6 +395,35 @@ def test_depthwise_and_grouped_problems_take_their_families():
     assert S.choose(dense, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.family in ("wgrad", "wgrad_sk")
 
 
+def test_narrow_packed_tiles_give_way_to_wide_ones_where_the_arch_has_a_wide_mma():
+    """sm_90's wgmma takes 64 rows: a 32-row packed-group tile runs the slower mma.sync, so where
+    a 64-row one also runs the problem the narrow one is dropped (and said so); AMD keeps both,
+    and so does fp32 (measured faster on the narrow tile)."""
+    from skwgrad.aot.sweep import sweep
+
+    for arch, dtype in (("sm_90", "bf16"), ("gfx942", "bf16"), ("sm_90", "fp32")):
+        c = F.FakeCache()
+        for it in sweep("default", [arch], [dtype]):
+            c.add(it.spec, it.arch)
+        p = parse_problem(f"n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1,dtype={dtype}")  # ResNeXt: g4 32x64 and g8 64x64 fit
+        built = {k.spec.bm for k in S.candidates(c, arch, p, family="grouped")}
+        assert min(built) < 64 <= max(built), (arch, dtype, built)
+        r = S.rank_choices(p, c, arch=arch, cus=132, options=LaunchOptions(), occupancy=occ(2))
+        ranked = {x.spec.bm for x in r.choices if x.spec.family == "grouped"}
+        if (arch, dtype) == ("sm_90", "bf16"):
+            assert ranked and min(ranked) >= 64
+            assert any("64-row matrix instruction" in x.why for x in r.rejected)
+        else:
+            assert ranked == built
+    # no wide packed tile for the problem (12 groups: g8 does not divide them): the narrow one stays
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    g12 = parse_problem("n=32,c=96,k=96,g=12,h=28,w=28,y=3,x=3,padding=1")
+    r = S.rank_choices(g12, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    assert any(x.spec.family == "grouped" and x.spec.bm < 64 for x in r.choices)
+
+
 def test_tune_top_times_what_auto_would_run_first():
     """Tune on first use times the best few of the search space: for a depthwise problem that is
     its own family, the rule's pick first, never only dense kernels."""

@@ -25,6 +25,9 @@ class Arch:
     default_tiles: tuple[tuple[int, int, int, int], ...]
     default_stages: int  # software pipeline depth of the default preset
     full_stages: tuple[int, ...]  # depths the full sweep tries
+    # Tile rows below which a 16-bit matrix multiply falls back to a slower instruction: sm_90's
+    # wgmma takes 64 rows per warpgroup (a 32-row tile runs mma.sync); AMD's MFMA takes 16 or 32.
+    wide_mma_rows: int = 0
 
     def default_warps(self, bm: int, bn: int, bk: int) -> int:
         """Warps of a tile: the default preset's choice when it has the tile, else 8 for tiles of
@@ -57,7 +60,7 @@ ARCHES: dict[str, Arch] = {
         Arch(
             "sm_90", "cuda", 132, 32, 228 * 1024, "H200 SXM", tf32=True,
             default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
-            default_stages=3, full_stages=(2, 3, 4),
+            default_stages=3, full_stages=(2, 3, 4), wide_mma_rows=64,
         ),  # fmt: skip
     )
 }

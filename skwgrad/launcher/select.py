@@ -33,6 +33,7 @@ from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, offline_occupancy
 from skwgrad.abi.costmodel import terms as cost_terms
+from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, launch_geometry
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
@@ -334,6 +335,28 @@ def grouped_applies(problem: ConvProblem) -> bool:
     return problem.g > 1 and (problem.c, problem.k) != (1, 1) and max(problem.c, problem.k) <= 16
 
 
+def _drop_narrow_packed_tiles(kernels, problem: ConvProblem, arch: str, rejected: list) -> list:
+    """Packed-group kernels whose tile is narrower than the arch's wide matrix instruction
+    (``Arch.wide_mma_rows``) go when a wide one runs the problem too, for 16-bit inputs: H200 runs
+    D1/D2, 8 grouped rows with both cached: the 64-row tile (g8 64x64) 11-24% faster on 4 of them,
+    within 5% on 3, 10% slower on 1 (a short one); the model, fitted on a few such timings, ranked
+    the 32-row one first on all four (resnext g32: 45.4 vs 36.4 us). fp32 inputs keep both (there
+    the 32-row tile ran 1.9x faster)."""
+    rows = ARCHES[arch].wide_mma_rows if arch in ARCHES else 0
+    if not rows or problem.dtype == "fp32":
+        return kernels
+    grouped = [k for k in kernels if k.spec.family == "grouped"]
+    if not any(k.spec.bm >= rows for k in grouped):
+        return kernels
+    out = []
+    for k in kernels:
+        if k.spec.family == "grouped" and k.spec.bm < rows:
+            rejected.append(Rejected(k.label, f"a {k.spec.bm}-row packed tile under {arch}'s {rows}-row matrix instruction, and a wide one runs this problem"))
+            continue
+        out.append(k)
+    return out
+
+
 def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: LaunchOptions, occupancy=None,
                  exclude=frozenset(), model: CostModel | None = None) -> Ranking:  # fmt: skip
     """The search: every (kernel, pool or ks_count) of the dense families that ``options`` allow,
@@ -356,6 +379,7 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
             if not o.allows(k.spec.variant):
                 rejected.append(Rejected(k.label, f"{k.spec.variant} is not deterministic"))
         kernels += widest([k for k in ks if o.allows(k.spec.variant)], problem)
+    kernels = _drop_narrow_packed_tiles(kernels, problem, arch, rejected)
     if "wgrad_sk" in fams and "wgrad" in fams and _narrower_streamk(cache, arch, problem, tile):
         # Scalar loads cost far more than stream-K saves (H200, C=100/K=60: vec-1 stream-K 339 us,
         # vec-4 split-K 27 us): auto never trades vector width for stream-K.
