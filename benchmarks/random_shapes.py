@@ -8,7 +8,7 @@ with a few odd ones, resolution falling as channels grow, 1x1 / 3x3 and a few 5x
 stride 2 now and then, batch 1-64, and the dtypes a user trains in (bf16 and fp16 under autocast
 with fp32 weights, bf16 weights, fp32 with TF32). Held-out evidence for selection: a fit that never
 saw these shapes is judged on them. The seed is written in the file name so a set can be redrawn.
-``--kind depthwise``: depthwise and grouped layers the way mobile / modern CNNs have them
+``--kind depthwise``: depthwise and grouped layers (``--kind grouped``: grouped only) the way mobile / modern CNNs have them
 (MobileNet / EfficientNet / ConvNeXt / ResNeXt / RegNet stages): 3x3 to 7x7 depthwise at stride 1
 or 2, a few dilated, and grouped 3x3 with 4-64 channels per group.
 """
@@ -44,13 +44,13 @@ def draw(rng: random.Random) -> dict:
                 stride=stride, padding=f // 2, dilation=1, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
 
 
-def draw_depthwise(rng: random.Random) -> dict:
+def draw_depthwise(rng: random.Random, share_depthwise: float = 0.7) -> dict:
     level = rng.randrange(4)
     h = (112, 56, 28, 14)[level]
     h = max(5, h + rng.choice((0, 0, 0, 1, -1)))  # an odd size now and then
     dtype, dw, prec, _ = rng.choices(DTYPES, weights=[d[3] for d in DTYPES])[0]
     n = rng.choice((8, 16, 32, 32, 64))
-    if rng.random() < 0.7:  # depthwise
+    if rng.random() < share_depthwise:  # depthwise
         c = int((16, 32, 64, 128)[level] * rng.choice((1, 1.5, 3, 4, 6)))
         c += rng.choice((0, 0, 0, 8, -8))
         f = rng.choices((3, 5, 7), weights=(5, 3, 2))[0]
@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--kind", choices=("dense", "depthwise"), default="dense")
+    ap.add_argument("--kind", choices=("dense", "depthwise", "grouped"), default="dense")
     ap.add_argument("--max-gflop", type=float, default=200.0, help="redraw layers above this (keeps a run short)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -80,7 +80,7 @@ def main():
     rng = random.Random(args.seed)
     rows, seen = [], set()
     while len(rows) < args.n:
-        r = draw(rng) if args.kind == "dense" else draw_depthwise(rng)
+        r = draw(rng) if args.kind == "dense" else draw_depthwise(rng, 0.7 if args.kind == "depthwise" else 0.0)
         flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] // r["groups"] * r["y"] * r["x"] * (r["h"] // r["stride"]) ** 2
         key = tuple(r.values())
         if flop / 1e9 > args.max_gflop or key in seen:
