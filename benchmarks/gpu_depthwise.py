@@ -235,6 +235,22 @@ def strided_tune_specs() -> list[KernelSpec]:
     return [_spec(v, dt, dw, x, (16, bp, 4), vec=WIDEST[dt], mode=mode) for dt, dw, v, x, mode, bp in STRIDED_TUNE]
 
 
+# --set s1-tune: stride-1 window configurations beside the default's (sweep.DWCONV_WINDOW: 3x3
+# win7r3 / 5x5 and 7x7 win7, 64 strips per step): fewer or more strips per step, narrower strips,
+# and every tap row in one CTA (dy read once for all rows, not once per tap-row CTA), for bf16 with
+# the workspace (bf16 dW) and atomic (fp32 dW) epilogues. (X, mode, BP).
+S1_TUNE = [
+    (3, "win7r3", 32), (3, "win7r3", 16), (3, "win5r3", 64), (3, "win4r3", 64),
+    (5, "win7", 32), (5, "win7", 16), (5, "win7r5", 16), (5, "win5", 64),
+    (7, "win7", 32), (7, "win7", 16), (7, "win7r7", 16), (7, "win7r7", 8), (7, "win4", 64), (7, "win5", 64),
+]
+
+
+def s1_tune_specs() -> list[KernelSpec]:
+    return [_spec(v, "bf16", dw, x, (16, bp, 4), vec=WIDEST["bf16"], mode=mode)
+            for x, mode, bp in S1_TUNE for dw, v in (("bf16", "workspace"), ("fp32", "atomic"))]  # fmt: skip
+
+
 def default_keys(arch: str = "sm_90") -> set:
     """Cache keys of the default preset's dwconv / grouped kernels (what ``auto`` may serve)."""
     from skwgrad.aot.sweep import dwconv_specs, grouped_specs
@@ -263,10 +279,10 @@ def _put_one(args):
 def cmd_build(a):
     from gpu_kernels import _compile_one
 
-    if a.set == "strided-tune":
+    if a.set in ("strided-tune", "s1-tune"):
         if not a.cache:
-            raise SystemExit("--set strided-tune builds into a skwgrad cache: give --cache DIR (made by compile-all)")
-        specs = strided_tune_specs()
+            raise SystemExit(f"--set {a.set} builds into a skwgrad cache: give --cache DIR (made by compile-all)")
+        specs = strided_tune_specs() if a.set == "strided-tune" else s1_tune_specs()
         if a.count:
             print(f"{len(specs)} specs")
             return 0
@@ -704,7 +720,7 @@ def main():
     b.add_argument("--out", help="kernel directory (--set window / tune)")
     b.add_argument("--cache", help="skwgrad cache to add to (--set strided-tune)")
     b.add_argument("--jobs", type=int, default=os.cpu_count())
-    b.add_argument("--set", choices=("window", "tune", "strided-tune"), default="window",
+    b.add_argument("--set", choices=("window", "tune", "strided-tune", "s1-tune"), default="window",
                    help="window: the window kernels vs the current default's (this session); tune: the 2026-12-01 sweep")
     b.add_argument("--count", action="store_true", help="print the number of kernels and stop")
     q = sub.add_parser("problems", help="print the --problem flags of the selected rows (for skwgrad compile-all)")

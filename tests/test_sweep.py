@@ -189,11 +189,12 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         split = "workspace" if s.dw_dtype == s.dtype != "fp32" else "atomic"
         if s.mode.startswith("win"):  # the window kernels: widths 3/5/7, 2-D, stride 1 and 2 along W, at W,
             # the split epilogue only, not for fp16 dW of fp16
-            want = {3: "win7r3", 5: "win7", 7: "win7"}.get(s.bn)
-            want = want + "s2" if want and s.mode.endswith("s2") else want
-            return (s.vec_c == w and s.mode == want and s.variant == split and s.spatial_dims == 2
-                    and not s.dtype == s.dw_dtype == "fp16" and s.bm == 16 * get_arch(arch).wave_size // 32
-                    and s.bk == (32 if s.mode.endswith("s2") and get_arch(arch).wave_size == 32 else 64))  # strips per step  # fmt: skip
+            if s.mode.endswith("s2"):  # stride 2: strips of 7, 32 per step on wave32, 64 on wave64
+                want = ({3: "win7r3s2", 5: "win7s2", 7: "win7s2"}.get(s.bn), 32 if get_arch(arch).wave_size == 32 else 64)
+            else:  # stride 1 (H200 run D4): 5x5 every tap row in a CTA at 16 strips, 7x7 at 32
+                want = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}.get(s.bn, (None, 0))
+            return (s.vec_c == w and (s.mode, s.bk) == want and s.variant == split and s.spatial_dims == 2
+                    and not s.dtype == s.dw_dtype == "fp16" and s.bm == 16 * get_arch(arch).wave_size // 32)  # fmt: skip
         shape_ok = (s.spatial_dims == 2 and s.vec_c in (1, w)) or (s.spatial_dims == 3 and s.vec_c == w and s.bn == 32)
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")

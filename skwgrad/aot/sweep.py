@@ -681,7 +681,12 @@ DWCONV_DEFAULT = {16: (16, 32, 4, "taps"), 32: (16, 16, 4, "taps"), 64: (32, 2, 
 # local memory; BC = 16 channels per CTA on 32-lane parts, 32 on wave-64 parts (one 16-byte
 # vector per thread per strip), 4 warps. In every preset but smoke (default: direct plus one split
 # epilogue per dW dtype); benchmarks/gpu_depthwise.py times them against the gather kernels and cuDNN.
-DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7", 64), 7: ("win7", 64)}
+# 5x5 and 7x7 retuned on the H200 (run D4, 12 stride-1 bf16 depthwise rows, 13 configurations at
+# 1-8 CTAs per SM each): 5x5 with all 5 tap rows in one CTA and 16 strips per step (dy read once for
+# every row, not once per tap-row CTA) 1.1-1.8x faster than win7 at 64 on 4 of 5 rows (200ch 56px:
+# 76.8 vs 139.8 us), 7% slower on the smallest; 7x7 at 32 strips 2-9% faster on 4 of 5 rows (win7r7
+# needs 217 registers and lost); 3x3 stays (r16/r32/r64 within 3-6%, either way by row).
+DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}
 # Stride 2 along W (MobileNet / EfficientNet downsampling layers; the gather kernels ran them at
 # 0.3-0.7x cuDNN on the H200, benchmarks/RESULTS.md 2026-12-01): the same strips of 7 outputs, the
 # window is then the 2 * 7 + X - 2 contiguous x columns they read (same registers, ~1.7x the x
