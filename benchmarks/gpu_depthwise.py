@@ -228,6 +228,11 @@ STRIDED_TUNE = [
     ("fp16", "fp16", "workspace", 5, "win4s2", 64), ("fp16", "fp16", "workspace", 7, "win4s2", 64),
     ("fp16", "fp16", "workspace", 7, "win5s2", 64),
     ("bf16", "bf16", "workspace", 3, "win7r3d2", 64),  # dilation 2 (broad/full only): the dw3x3_dil2 row
+    # every tap row of a 5x5 in one CTA, as the stride-1 default after run D4, and fewer strips per step
+    ("bf16", "bf16", "workspace", 5, "win7r5s2", 16), ("bf16", "bf16", "workspace", 5, "win7r5s2", 32),
+    ("bf16", "fp32", "atomic", 5, "win7r5s2", 16), ("bf16", "fp32", "atomic", 5, "win7r5s2", 32),
+    ("fp16", "fp16", "workspace", 5, "win7r5s2", 16), ("fp16", "fp16", "workspace", 5, "win7r5s2", 32),
+    ("bf16", "bf16", "workspace", 3, "win7r3s2", 16), ("bf16", "fp32", "atomic", 3, "win7r3s2", 16),
 ]
 
 
