@@ -33,3 +33,15 @@ def check_dwconv_cases(cases, results) -> None:
         geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks, mode=sp["mode"])
         assert results[cid]["ks_count"] == geo.ks_count == ks, cid
         KernelSpec(**sp).check_problem(p)
+
+
+def window_spec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, kx=3, bp=4, mode="win4", sd=2) -> dict:
+    """KernelSpec fields of a depthwise window kernel (the window interpreter files' cases)."""
+    return dict(family="dwconv", variant=variant, dtype=dtype, dw_dtype=dw or dtype, vec_c=vec, vec_k=vec,
+                bm=bc, bn=kx, bk=bp, num_warps=4, num_stages=1, mode=mode,
+                precision="ieee" if dtype == "fp32" else "", spatial_dims=sd)  # fmt: skip
+
+
+def depthwise_problem(g, rest) -> str:
+    """A depthwise problem of ``g`` channels, batch 2, and the rest of its fields."""
+    return f"n=2,c={g},k={g},g={g},{rest}"

@@ -533,17 +533,8 @@ def test_import_refuses_a_hostile_cost_model_record(cache, tmp_path, bad, match)
     cache.remember_model("gfx942", 304, _model())
     out = tmp_path / "e.tar"
     cache.export(out)
-    with tarfile.open(out) as t:
-        members = [(m, t.extractfile(m).read()) for m in t]
-    manifest = json.loads(members[0][1])
-    manifest["models"][0].update(bad)
     evil = tmp_path / "evil.tar"
-    with tarfile.open(evil, "w") as t:
-        for m, data in members:
-            if m.name == "manifest.json":
-                data = json.dumps(manifest).encode()
-                m.size = len(data)
-            t.addfile(m, io.BytesIO(data))
+    _rewrite_models(out, evil, **bad)
     dst = Cache(tmp_path / "dst")
     with pytest.raises(CacheError, match=match):
         dst.import_(evil)

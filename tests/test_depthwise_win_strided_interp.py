@@ -19,18 +19,14 @@ from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.launch import dwconv_window
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
-from _interp import check_dwconv_cases, run_interpreter  # noqa: E402
+from _interp import check_dwconv_cases, depthwise_problem, run_interpreter, window_spec  # noqa: E402
 
 
-
-def wspec(variant, dtype="fp16", dw=None, *, vec=8, bc=16, kx=3, bp=4, mode="win4s2", sd=2):
-    return dict(family="dwconv", variant=variant, dtype=dtype, dw_dtype=dw or dtype, vec_c=vec, vec_k=vec,
-                bm=bc, bn=kx, bk=bp, num_warps=4, num_stages=1, mode=mode,
-                precision="ieee" if dtype == "fp32" else "", spatial_dims=sd)  # fmt: skip
+def wspec(variant, *args, mode="win4s2", **kw):
+    return window_spec(variant, *args, mode=mode, **kw)
 
 
-def dw(g, rest):
-    return f"n=2,c={g},k={g},g={g},{rest}"
+dw = depthwise_problem
 
 
 CASES = [
