@@ -8,12 +8,15 @@
 #                               `auto` / `all`: only the first / only the second
 #   verify CACHE.tar.xz CSV     run-from-cache --verify on a corpus-built cache: a kernel for every row
 #   dw CACHE.tar.xz             benchmarks/gpu_depthwise.py run --only _s2_,dil2 on that cache (stride-2 window kernels)
-# Carried: .whl and the named exports.
+# Carried: .whl and the named exports. PKG=DIR runs the skwgrad package under DIR instead of this
+# checkout's (an older source beside the current one, same run); TAG=name keeps its outputs apart
+# ($OUT/c$TAG.tar.xz).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:${PKG:-$PWD} PYTHONUNBUFFERED=1
+[ -n "${PKG:-}" ] && export PYTHONSAFEPATH=1  # python -m would put this checkout ahead of PKG
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-R=/tmp/rc; mkdir -p $R
+R=/tmp/rc${TAG:-}; mkdir -p $R
 git log -1 --format=%H > $R/commit 2>/dev/null
 t0=$(date +%s)
 while [ $# -gt 0 ]; do
@@ -49,6 +52,6 @@ while [ $# -gt 0 ]; do
     echo "dw rc=$? $(( $(date +%s) - t0 )) s"; tail -30 $R/depthwise_s2.log ;;
   *) echo "unknown part $part"; exit 2 ;;
   esac
-  tar -C $R -cJf $OUT/c.tar.xz .  # after every part: a later part's timeout loses nothing
+  tar -C $R -cJf $OUT/c${TAG:-}.tar.xz .  # after every part: a later part's timeout loses nothing
 done
 echo "done $(( $(date +%s) - t0 )) s"
