@@ -24,6 +24,7 @@ import pytest
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import declaration
+from skwgrad.abi.launch import STAGE2_BLOCK
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError
 from skwgrad.launcher.hostdata import from_bits, to_bits
@@ -457,7 +458,7 @@ def spec(family, variant, dtype="bf16", dw=None, *, dims=2, pw=False, vc=1, vk=1
 
 
 def stage2(dw="bf16"):
-    return KernelSpec("stage2", "reduce", dw, dw, block=1024, num_warps=4)
+    return KernelSpec("stage2", "reduce", dw, dw, block=STAGE2_BLOCK, num_warps=4)
 
 
 def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8)), tiles=((32, 32, 32),), path=None) -> FakeCache:

@@ -28,8 +28,8 @@ co-residency on a CU and the CU count):
              CTA does not wait, so what costs is their throughput, not one CTA's latency.
 ``stage2``   the Stage-2 reduce: bytes of replicas it reads (and zeroes again, for the workspace
              replica) and of dW it writes; ``stage2_chain``: its latency chain, since each thread
-             sums the replicas one after the other (replicas x waves of Stage-2 CTAs): many
-             splits of a small dW cost far more than their bytes say.
+             sums the replicas STAGE2_UNROLL at a time (steps x waves of Stage-2 CTAs): many
+             splits of a small dW cost more than their bytes say.
 ``l2_refetch`` stream-K's inputs read again from memory: the SK tiles' CTAs walk the reduction at
              staggered offsets, so once x and dy outgrow the L2 (``L2_BYTES``) the rows one tile
              read are gone when the next one needs them (split-K runs the tiles of one split
@@ -60,9 +60,11 @@ from dataclasses import dataclass
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.launch import LaunchGeometry
+from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 3  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads
+MODEL_VERSION = 4  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+# 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
@@ -192,7 +194,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         launches += 1
         reps = geo.workspace.replicas
         stage2_bytes = (reps * (2 if geo.workspace.stage2_reset else 1) * problem.dw_numel * 4 + problem.dw_numel * out) / 1048576.0
-        stage2_chain = float(reps * math.ceil(geo.stage2_grid / (cus * STAGE2_CTAS_PER_CU)))
+        stage2_chain = float(math.ceil(reps / STAGE2_UNROLL) * math.ceil(geo.stage2_grid / (cus * STAGE2_CTAS_PER_CU)))
     if v == "atomic":
         launches += 1  # dW zeroed before the kernel
     footprint = (problem.x_numel + problem.dy_numel) * elt

@@ -19,7 +19,8 @@ from skwgrad.abi.streamk import StreamKPartition, partition
 from skwgrad.abi.workspace import WorkspaceLayout, workspace_layout
 from skwgrad.errors import AbiError, ProblemError
 
-STAGE2_BLOCK = 1024  # elements per Stage-2 CTA; the stage2 spec in the cache uses the same
+STAGE2_BLOCK = 512  # elements per Stage-2 CTA (one 16-byte vector per thread of 4 warps; small dW still
+# spreads over tens of CUs); the stage2 spec in the cache uses the same
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ from skwgrad.abi.kernargs import FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, decl
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
+# Replicas the Stage-2 reduce loads per step before it adds them (in replica order, so two-stage
+# split-K stays deterministic): one load at a time made its latency the cost of every replica (H200,
+# Nsight Compute: 11 replicas of an 18K-element dW took 7.5 us, 0.1 TB/s). Here, not in the kernel
+# file, because the cost model prices the Stage-2 chain in these steps and must not import Triton;
+# this file is part of every cache key.
+STAGE2_UNROLL = 8
 
 
 @dataclass(frozen=True, order=True)
