@@ -35,15 +35,24 @@ sys.path.insert(0, str(ROOT))
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.costmodel import MODELLED_FAMILIES, default_prior, fit  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK  # noqa: E402
 from skwgrad.launcher import select as S  # noqa: E402
 
 
+# Files timed before the Stage-2 reduce loaded STAGE2_UNROLL replicas per step (``--stale-stage2``):
+# their candidates that sum several replicas (two-stage split-K) ran a slower Stage-2 than today's,
+# so they are left out; every other timing of theirs stands (the kernels are the same).
+STALE_STAGE2: set[str] = set()
+
+
 def load(paths):
-    docs = [json.loads(Path(p).read_text()) for p in paths]
+    docs = [(p, json.loads(Path(p).read_text())) for p in paths]
     rows = defaultdict(list)
     meta = {}
-    for d in docs:
+    for path, d in docs:
         for r in d["rows"]:
+            if str(path) in STALE_STAGE2 and r.get("variant") == "two_stage":
+                continue
             rows[r["problem"]].append(r)
             meta[r["problem"]] = (r.get("name", ""), d["arch"], d["compute_units"])
     return rows, meta
@@ -213,19 +222,38 @@ def summary(rep):
             "geomean_auto_over_best": math.exp(sum(math.log(x) for x in rs) / len(rs)), "worst": max(rs)}  # fmt: skip
 
 
-def _read_as_built(path):
-    """Timings stay valid after the kernel sources change (the keys do not): read the cache as the
-    build that made it (its entries' compiler and source hash), not as this checkout."""
+def _built_identity(path):
+    """(compiler, source hash) of most entries of the cache at ``path``."""
     import sqlite3
-
-    import skwgrad.cache.store as store
 
     db = sqlite3.connect(f"file:{Path(path) / 'index.sqlite'}?mode=ro", uri=True)
     ids = db.execute("SELECT compiler, source_hash, COUNT(*) FROM entries GROUP BY 1, 2 ORDER BY 3 DESC").fetchall()
     db.close()
-    if ids and ids[0][:2] != store._identity():
-        store._identity = lambda: tuple(ids[0][:2])
-        print(f"reading {path} as built by {ids[0][0]}, sources {ids[0][1][:12]} (this checkout's differ)")
+    return tuple(ids[0][:2]) if ids else None
+
+
+def _read_as_built(path):
+    """Timings stay valid after the kernel sources change (the keys do not): read the cache as the
+    build that made it (its entries' compiler and source hash), not as this checkout. Called again
+    before each use of another cache (the files of one fit may come from several builds)."""
+    import skwgrad.cache.store as store
+
+    ident = _built_identity(path)
+    if ident and ident != store._identity():
+        store._identity = lambda: ident
+        print(f"reading {path} as built by {ident[0]}, sources {ident[1][:12]}")
+    # and with the Stage-2 block that build used (selection looks for today's)
+    S.STAGE2_BLOCK = _stage2_block(path) or STAGE2_BLOCK
+
+
+def _stage2_block(path):
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{Path(path) / 'index.sqlite'}?mode=ro", uri=True)
+    rows = db.execute("SELECT spec_json FROM entries WHERE label LIKE 'stage2_%'").fetchall()
+    db.close()
+    blocks = {json.loads(r[0]).get("block") for r in rows}
+    return blocks.pop() if len(blocks) == 1 else None
 
 
 def main():
@@ -239,7 +267,10 @@ def main():
     ap.add_argument("--cv-by-set", action="store_true", help="cross-validate by --train file (see above)")
     ap.add_argument("--final-train", action="append", default=[],
                     help="with --cv-by-set: more calibrate timings for the final fit only (held out in every fold)")
+    ap.add_argument("--stale-stage2", action="append", default=[],
+                    help="a --train/--eval file (as given, without @CACHE) timed before the unrolled Stage-2: its two-stage timings are left out")
     a = ap.parse_args()
+    STALE_STAGE2.update(a.stale_stage2)
     from skwgrad.cache import Cache
 
     _read_as_built(a.cache)
@@ -253,7 +284,11 @@ def main():
             where[path] = other or None
             if other and other not in caches:
                 caches[other] = Cache(other, create=False)
-        cache_of = lambda path: caches[where[path]] if where.get(path) else cache  # noqa: E731
+        def cache_of(path):
+            other = where.get(path)
+            _read_as_built(other or a.cache)  # the identity of the build whose keys the file holds
+            return caches[other] if other else cache
+
         strip = lambda xs: [x.partition("@")[0] for x in xs]  # noqa: E731
         sets = [strip(t.split("+")) for t in a.train]  # "a.json@C1+b.json@C2": one shape set timed twice
         doc = cross_validate(sets, strip(a.eval + a.final_train), cache_of, stack, final_extra=strip(a.final_train))

@@ -5,6 +5,7 @@ message and its compile-all command."""
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import sys
@@ -15,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_launcher_fakes as F  # noqa: E402
 
+from skwgrad.abi.spec import STAGE2_UNROLL  # noqa: E402
 from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
 from skwgrad.abi.costmodel import TERMS, CostModel  # noqa: E402
 from skwgrad.abi.launch import launch_geometry  # noqa: E402
@@ -68,12 +70,13 @@ def test_auto_takes_the_candidate_the_model_predicts_fastest():
     # serial fix-ups and extra launches priced out: what is left is one direct split-K kernel
     flat = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(main_iter=1.0, fixup_serial=1e3, launch=1e3))
     assert (flat.spec.family, flat.spec.variant, flat.ks_count) == ("wgrad", "direct", 1)
-    # the Stage-2 chain priced (one replica after another): among the split-K launches that need
-    # Stage-2, the fewest splits win; stream-K's single workspace replica beats them all
+    # the Stage-2 chain priced (STAGE2_UNROLL replicas a step): among the split-K launches that
+    # need Stage-2, the fewest steps win; stream-K's single workspace replica beats them all
     chain = _model(stage2_chain=1.0, main_iter=1e-6)
     ranked = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=LaunchOptions(streamk="off", reduction="two_stage"),
                             occupancy=occ(2), model=chain).choices  # fmt: skip
-    assert ranked[0].ks_count == min(ch.ks_count for ch in ranked) < max(ch.ks_count for ch in ranked)
+    steps = lambda ch: math.ceil(ch.ks_count / STAGE2_UNROLL)  # noqa: E731 (the reduce loads STAGE2_UNROLL replicas a step)
+    assert steps(ranked[0]) == min(map(steps, ranked)) < max(map(steps, ranked))
     ws = S.choose(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2), model=_model(stage2_chain=1.0, launch=1e-3, main_iter=1e-6),
                   reduction="workspace")  # fmt: skip
     assert ws.terms.as_dict()["stage2_chain"] == 1.0 and ws.predicted_us == pytest.approx(1.0 + 2e-3 + 1e-6 * ws.terms.path_iters)

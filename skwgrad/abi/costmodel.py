@@ -358,15 +358,16 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
 _BUILTIN: dict[str, tuple] = {
-    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream: run B1's
-    # 60 shapes (the corpus, the unseen corpus, benchmarks/shapes/heldout_2026-12-01.csv), the same
-    # 60 again on the default with the 64x64 / 128x256 tiles (run C2), and the drawn layers of
-    # benchmarks/shapes/random_2026120113.csv (run C1), random_2026120114.csv (C2) and
-    # random_2026120115.csv (D1): 6302 timings, ranking-weighted fit, geomean |error| 6.6%.
-    # Cross-validated by shape set (fit on five sets, auto on the sixth; a set timed twice is judged
-    # on its run-C2 file): 122 of 138 rows within 5% of the fastest (88%), geomean 1.016
-    # (benchmarks/results/costmodel_fit_f_2026-12-01.json).
-    "sm_90": (0.0258056, 0, 0.0100633, 0.14893, 0, 0.0350079, 0.44169, 0.0174955, 0.151028, 0.386425, 0, 3.3983, 3.55923, 0.0233558, 0.261199, 5.24659, 0.102848, 0.0267619, 4.09191, 5.28315, 0, 6.50206, 0, 6.55508, 0),
+    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 11 shape
+    # sets: the corpus (runs B1, C2 and E3), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
+    # (B1, C2), the drawn layers of random_2026120113..17.csv (C1-D3), random_g_2026120117.csv (D3),
+    # and random_2026120119.csv / random_g_2026120119.csv (E4). Runs before E3 timed the Stage-2
+    # reduce that added one replica per load: their two-stage timings are left out
+    # (fit_costmodel.py --stale-stage2). 7242 timings, ranking-weighted fit, geomean |error| 6.6%.
+    # Cross-validated by shape set (fit on ten sets, auto on the eleventh; a set timed more than
+    # once is judged on its last file): 186 of 215 rows within 5% of the fastest (87%), geomean
+    # 1.016 (benchmarks/results/costmodel_fit_g_2026-12-01.json).
+    "sm_90": (0, 0.00116217, 0.00726706, 0.177157, 0, 0.0402702, 0.40988, 0.0176121, 0.131793, 0.236858, 0, 2.85348, 2.13393, 0.0226198, 0.780284, 4.743, 0.0887654, 0.027379, 4.05805, 5.70129, 0, 6.31607, 0, 6.22431, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
