@@ -358,16 +358,17 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
 _BUILTIN: dict[str, tuple] = {
-    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 11 shape
-    # sets: the corpus (runs B1, C2 and E3), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
+    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 12 shape
+    # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
     # (B1, C2), the drawn layers of random_2026120113..17.csv (C1-D3), random_g_2026120117.csv (D3),
-    # and random_2026120119.csv / random_g_2026120119.csv (E4). Runs before E3 timed the Stage-2
-    # reduce that added one replica per load: their two-stage timings are left out
-    # (fit_costmodel.py --stale-stage2). 7242 timings, ranking-weighted fit, geomean |error| 6.6%.
-    # Cross-validated by shape set (fit on ten sets, auto on the eleventh; a set timed more than
-    # once is judged on its last file): 186 of 215 rows within 5% of the fastest (87%), geomean
-    # 1.016 (benchmarks/results/costmodel_fit_g_2026-12-01.json).
-    "sm_90": (0, 0.00116217, 0.00726706, 0.177157, 0, 0.0402702, 0.40988, 0.0176121, 0.131793, 0.236858, 0, 2.85348, 2.13393, 0.0226198, 0.780284, 4.743, 0.0887654, 0.027379, 4.05805, 5.70129, 0, 6.31607, 0, 6.22431, 0),
+    # random_2026120119.csv / random_g_2026120119.csv (E4) and random_2026120120.csv (E5). Runs
+    # before E3 timed the Stage-2 reduce that added one replica per load: their two-stage timings
+    # are left out (fit_costmodel.py --stale-stage2). 9017 timings, ranking-weighted fit, geomean
+    # |error| 6.6%. Cross-validated by shape set (fit on eleven sets, auto on the twelfth; a
+    # set timed more than once is judged on its last file): 210 of 245 rows within 5% of the
+    # fastest (86%), geomean 1.017 (benchmarks/results/costmodel_fit_h_2026-12-01.json). The same
+    # fit without E5 (costmodel_fit_g) ran random_2026120120 on the H200 at 24/30, 1.026.
+    "sm_90": (0, 0.00233999, 0.00609372, 0.181815, 0, 0.0409341, 0.408645, 0.0176147, 0.128685, 0.245121, 0, 3.04213, 2.30547, 0.0220804, 0.831642, 4.85134, 0.0854059, 0.026017, 4.05755, 5.57975, 0, 6.32643, 0, 6.228, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
