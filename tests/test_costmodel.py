@@ -15,8 +15,7 @@ import pytest
 from skwgrad.abi import costmodel as M
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry
-from skwgrad.abi.spec import STAGE2_UNROLL
-from skwgrad.abi.spec import KernelSpec
+from skwgrad.abi.spec import STAGE2_UNROLL, KernelSpec
 from skwgrad.errors import ProblemError
 
 PROBLEMS = [
