@@ -130,6 +130,24 @@ def system_cache_dir() -> Path | None:
     return Path(env).expanduser() if env else None
 
 
+def _when_unlocked(fn):
+    """Run ``fn`` (a statement that changes the index's journal mode or schema), again while SQLite
+    answers SQLITE_BUSY / SQLITE_LOCKED, for up to BUSY_TIMEOUT_S. SQLite gives that answer at once,
+    without waiting out busy_timeout, when two connections holding shared locks both ask for the
+    write lock: two processes opening a new cache at the same moment, both switching it to WAL."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.005
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as e:
+            busy = getattr(e, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)  # (absent when raised by hand)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.25)
+
+
 @functools.lru_cache(maxsize=1)
 def _identity() -> tuple[str, str]:
     """(compiler identity, kernel source hash) of this process: part of every key."""
@@ -336,15 +354,11 @@ class Cache:
                     f"not a skwgrad cache index; nothing was changed. Pass --cache DIR to a skwgrad cache directory"
                 )
             if not self.readonly:
-                if self.db.journal_mode != "wal":
-                    self.db.enable_wal()
+                _when_unlocked(lambda: self.db.journal_mode == "wal" or self.db.enable_wal())
                 conn.execute("PRAGMA synchronous = FULL")
-                if not names:
-                    self._create_schema()
-                    if self.marker is not None:
-                        self.recovered = "the index was empty or missing and was recreated; `skwgrad cache rebuild-index` restores its entries"
-                else:
-                    self._create_schema()  # tables a newer schema added (none yet) and nothing else
+                _when_unlocked(self._create_schema)  # on an existing index: tables a newer schema added (none yet)
+                if not names and self.marker is not None:
+                    self.recovered = "the index was empty or missing and was recreated; `skwgrad cache rebuild-index` restores its entries"
             self._check_schema()
             if not self.readonly:
                 self._ensure_marker()
