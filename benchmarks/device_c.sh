@@ -8,6 +8,8 @@
 #                               `auto` / `all`: only the first / only the second
 #   verify CACHE.tar.xz CSV     run-from-cache --verify on a corpus-built cache: a kernel for every row
 #   dw CACHE.tar.xz             benchmarks/gpu_depthwise.py run --only _s2_,dil2 on that cache (stride-2 window kernels)
+#   DUEL=1 with calib/all: then benchmarks/duel_auto_tuned.py re-times auto's pick and the sweep's
+#                               fastest candidates in one interleaved pass (auto vs tuned in one run)
 # Carried: .whl and the named exports. PKG=DIR runs the skwgrad package under DIR instead of this
 # checkout's (an older source beside the current one, same run); TAG=name keeps its outputs apart
 # ($OUT/c$TAG.tar.xz).
@@ -39,6 +41,10 @@ while [ $# -gt 0 ]; do
       if [ $part != auto ]; then
         timeout 240 python3 -m skwgrad calibrate --cache /tmp/cc --dry-run --corpus "$1" --out $R/all_$n.json 2> $R/all_$n.log | tail -1
         echo "all $n rc=$? $(( $(date +%s) - t0 )) s"
+        if [ -n "${DUEL:-}" ]; then  # auto and the sweep's leaders re-timed in one interleaved pass
+          timeout 200 python3 benchmarks/duel_auto_tuned.py --cache /tmp/cc --all $R/all_$n.json --budget-s 170 \
+            --out $R/duel_$n.json > $R/duel_$n.log 2>&1; echo "duel $n rc=$? $(( $(date +%s) - t0 )) s"; tail -1 $R/duel_$n.log
+        fi
       fi
       shift
     done ;;
