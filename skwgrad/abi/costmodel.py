@@ -19,6 +19,17 @@ co-residency on a CU and the CU count):
              ``main_loads_exposed``: a CU holding fewer than ``LOAD_HIDING_WARPS`` warps cannot
              hide its loads' latency behind other warps; the loads of the missing warps' share
              cost extra (a 4-warp CTA alone on a CU is much slower per load than two of them).
+             For split-K (and grouped) the shared terms count the CTA-iterations of the busiest
+             CU, ceil(grid / CUs) x iterations per CTA, not path x r: the tail wave of a grid
+             beyond one wave holds fewer CTAs than a full one (1065 CTAs on 528 slots: 9 in the
+             third wave, each alone on its CU), and the measured times order by it.
+             ``main_mac_tf32``: one warp's chain of tf32 MMAs, priced apart from the 16-bit chain
+             (tf32 MMAs issue and retire slower than the peak ratio says).
+             ``main_loads_sk_gather``: the loads of the stream-K gather kernels (not the pointwise
+             one), priced again: measured, stream-K candidates near the fastest on 3x3 / 5x5
+             layers ran 6-8% slower than split-K's rate for the same loads said, 1x1 ones did not
+             (a stream-K CTA walks its range at an offset no other CTA shares, so the tap-shifted
+             re-reads of x find less in L1 / L2 than split-K's CTAs of one split do).
 ``epilogue`` tile stores on the critical path (one per wave of CTAs; a persistent CTA's per DP tile it walks;
              a stream-K range one per tile it touches), in the bytes they write,
              times the ``r`` co-resident CTAs whose stores leave the same CU.
@@ -63,8 +74,9 @@ from skwgrad.abi.launch import LaunchGeometry
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 4  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
-# 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas
+MODEL_VERSION = 5  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+# 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
+# by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
@@ -76,6 +88,7 @@ TERMS = (
     "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
+    "main_mac_tf32", "main_loads_sk_gather",
     *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -152,6 +165,11 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     slots = cus * resident
     path = max(longest, grain * math.ceil(total / (slots * grain)))
     waves = math.ceil(grid / slots)
+    # CTA-iterations the busiest CU runs, for the terms priced by the CU's shared throughput: a
+    # split-K grid beyond one wave puts ceil(grid / CUs) CTAs on a CU, and its tail wave shares
+    # the CU with fewer CTAs than a full wave (which path x r counts it as). Stream-K's CTAs are
+    # one wave (the pool) or persistent: path x r is what its busiest CU runs.
+    cu_iters = math.ceil(grid / cus) * longest if spec.family in ("wgrad", "grouped") else path * resident
 
     elt = DTYPE_BYTES[problem.dtype]
     out = DTYPE_BYTES[problem.dw_dtype]
@@ -174,7 +192,10 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
             stores = math.ceil(part.dp_tiles / part.pool) + sk_stores
         else:
             stores = waves + max(0.0, sk_stores - 1.0)
-    epilogue = stores * tile_out * partial * resident / 1024.0  # the co-resident CTAs' stores share the CU
+    cu_stores = stores * resident  # the co-resident CTAs' stores share the CU
+    if spec.family in ("wgrad", "grouped"):
+        cu_stores = math.ceil(grid / cus)  # every CTA on the busiest CU stores once (a tail wave's fewer)
+    epilogue = cu_stores * tile_out * partial / 1024.0
     fix_serial = fix_bytes = fix_atomic = 0.0
     if spec.family == "wgrad_sk" and part.sk_ctas:
         if v == "linear":
@@ -205,12 +226,14 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         read = part.sk_tiles * ipt * spec.bk * (spec.bm + spec.bn) * elt  # the SK CTAs' loads, all tiles
         refetch = max(0.0, read - footprint * part.sk_tiles / tiles) * miss / 1048576.0 / cus
     values = (
-        float(path), path * mac_warp, 0.0 if fp32_in else path * mac * resident, path * loads * resident,
-        path * nbytes * resident, epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
-        path * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0 * resident,
-        path * mac * resident if fp32_in and spec.precision != "tf32" else 0.0, stage2_chain, refetch,
-        path * mac * resident if fp32_in and spec.precision == "tf32" else 0.0,
+        float(path), path * mac_warp, 0.0 if fp32_in else cu_iters * mac, cu_iters * loads,
+        cu_iters * nbytes, epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
+        cu_iters * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0,
+        cu_iters * mac if fp32_in and spec.precision != "tf32" else 0.0, stage2_chain, refetch,
+        cu_iters * mac if fp32_in and spec.precision == "tf32" else 0.0,
         path * loads * max(0.0, LOAD_HIDING_WARPS / max(1, spec.num_warps) - resident),
+        path * mac_warp if fp32_in and spec.precision == "tf32" else 0.0,
+        cu_iters * loads if spec.family == "wgrad_sk" and not spec.pointwise else 0.0,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
     )  # fmt: skip
     return Terms(values, resident, path)
@@ -358,17 +381,18 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
 _BUILTIN: dict[str, tuple] = {
-    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 12 shape
+    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 17 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
     # (B1, C2), the drawn layers of random_2026120113..17.csv (C1-D3), random_g_2026120117.csv (D3),
-    # random_2026120119.csv / random_g_2026120119.csv (E4) and random_2026120120.csv (E5). Runs
+    # random_2026120119.csv / random_g_2026120119.csv (E4), random_2026120120.csv (E5),
+    # random_2026120121.csv (E6) and random_2026120122/23.csv, random_g/dw_2026120122.csv (F1). Runs
     # before E3 timed the Stage-2 reduce that added one replica per load: their two-stage timings
-    # are left out (fit_costmodel.py --stale-stage2). 9017 timings, ranking-weighted fit, geomean
-    # |error| 6.6%. Cross-validated by shape set (fit on eleven sets, auto on the twelfth; a
-    # set timed more than once is judged on its last file): 210 of 245 rows within 5% of the
-    # fastest (86%), geomean 1.017 (benchmarks/results/costmodel_fit_h_2026-12-01.json). The same
-    # fit without E5 (costmodel_fit_g) ran random_2026120120 on the H200 at 24/30, 1.026.
-    "sm_90": (0, 0.00233999, 0.00609372, 0.181815, 0, 0.0409341, 0.408645, 0.0176147, 0.128685, 0.245121, 0, 3.04213, 2.30547, 0.0220804, 0.831642, 4.85134, 0.0854059, 0.026017, 4.05755, 5.57975, 0, 6.32643, 0, 6.228, 0),
+    # are left out (fit_costmodel.py --stale-stage2). 12899 timings, ranking-weighted fit, geomean
+    # |error| 6.5%. Cross-validated by shape set (fit on sixteen sets, auto on the seventeenth; a
+    # set timed more than once is judged on its last file): 318 of 366 rows within 5% of the
+    # fastest (87%), geomean 1.017; model 4 on the same 17 sets: 303/368 (82%), 1.021
+    # (benchmarks/results/costmodel_fit_i_2026-12-01.json).
+    "sm_90": (0, 0.00908878, 0, 0.21364, 0, 0.0452922, 0.42504, 0.0165292, 0.0854367, 0.198529, 0, 3.49067, 2.46002, 0.0173244, 0.872774, 1.5469, 0.0431035, 0.00848118, 0.0822043, 0.0223434, 4.15336, 5.25559, 0, 5.69939, 0, 6.28791, 0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -396,6 +420,7 @@ _DEFAULT_PRIOR = (
     0.3, 3.0, 0.25, 0.05,  # stage2 (per MiB), launch, dram (per MiB per CU), spill
     0.03, 0.3, 25.0,  # ieee fp32-input matrix work, Stage-2 chain (per replica and wave), L2 refetch (per MiB per CU)
     0.03, 0.05,  # tf32 matrix work, exposed loads
+    0.01, 0.0,  # tf32 per-warp MMA chain, SK gather loads
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
