@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -27,12 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from compare_auto_tuned import geo  # noqa: E402  (benchmarks/ is the script's own directory)
 from skwgrad.abi.conv import parse_problem  # noqa: E402
-
-
-def _geo(xs):
-    xs = [x for x in xs if x]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def duel_problem(p, sweep_rows, backend, cache, *, top, rounds, iters, hold, occ, seed=0):
@@ -128,8 +123,8 @@ def main():
         r = [x["auto_over_tuned"] for x in rows if "auto_over_tuned" in x]
         rs_ = [x["auto_over_sweep"] for x in rows if x.get("auto_over_sweep")]
         s = {"rows": len(rows), "compared": len(r), "auto_within_5pct_of_tuned": sum(1 for x in r if x <= 1.05),
-             "geomean_auto_over_tuned": _geo(r), "worst_auto_over_tuned": max(r) if r else None,
-             "auto_within_5pct_of_sweep": sum(1 for x in rs_ if x <= 1.05), "geomean_auto_over_sweep": _geo(rs_)}  # fmt: skip
+             "geomean_auto_over_tuned": geo(r), "worst_auto_over_tuned": max(r) if r else None,
+             "auto_within_5pct_of_sweep": sum(1 for x in rs_ if x <= 1.05), "geomean_auto_over_sweep": geo(rs_)}  # fmt: skip
         doc["sets"][Path(path).name] = {"summary": s, "rows": rows}
         print(f"{Path(path).name}: {json.dumps(s)}", flush=True)
         Path(a.out).write_text(json.dumps(doc, indent=1))

@@ -351,3 +351,47 @@ def test_a_persistent_cta_stores_every_dp_tile_it_walks():
     pd = gd.partition
     sk_len = pd.iters_per_sk_cta + (1 if pd.extra_iters else 0)
     assert dd["epilogue"] == pytest.approx((math.ceil(gd.grid / 132) + (sk_len - 1) / pd.iters_per_tile) * 128 * 128 * 4 / 1024)
+
+
+def test_split_k_shared_terms_count_the_busiest_cus_ctas_so_a_tail_wave_is_cheap():
+    # randg24_09's shape (grouped 3x3, 96 channels in 24 groups, N=32, 112 px, 15 packed tiles): on
+    # the H200 ks 71 (1065 CTAs on 528 slots, 9 in the third wave) ran 204 us, ks 27 243 us, ks 18
+    # 266 us. The busiest CU runs ceil(grid / CUs) CTAs of ks_iters each; path x r counted the
+    # tail wave as a full one.
+    p = parse_problem("n=32,c=96,k=96,g=24,h=112,w=112,y=3,x=3,padding=1")
+    s = KernelSpec("grouped", "two_stage", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, block=8, num_stages=3)
+    loads = {}
+    for ks in (18, 27, 71):
+        geo = launch_geometry(p, "grouped", "two_stage", bm=64, bn=64, bk=64, ks_count=ks, groups_per_tile=8)
+        assert geo.grid == 15 * ks
+        t = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=4)
+        per_iter = s.bk * (s.bm / s.vec_k + s.bn / s.vec_c) / 1024.0
+        assert t.as_dict()["main_loads_shared"] == pytest.approx(math.ceil(geo.grid / 132) * geo.ks_iters * per_iter)
+        assert t.as_dict()["main_loads_shared"] <= t.path_iters * t.resident * per_iter + 1e-9  # never above a full wave's
+        loads[ks] = t.as_dict()["main_loads_shared"]
+    assert loads[71] < loads[27] < loads[18]  # the measured order
+
+
+def test_tf32_chain_and_stream_k_gather_loads_are_priced_apart():
+    p3 = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1,dtype=fp32")
+    tf = KernelSpec("wgrad", "direct", "fp32", "fp32", precision="tf32", vec_c=4, vec_k=4, bm=64, bn=64, bk=32, num_stages=3)
+    ie = KernelSpec("wgrad", "direct", "fp32", "fp32", precision="ieee", vec_c=4, vec_k=4, bm=64, bn=64, bk=32, num_stages=3)
+    g = launch_geometry(p3, "wgrad", "direct", bm=64, bn=64, bk=32)
+    d_tf = M.terms(p3, tf, g, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    d_ie = M.terms(p3, ie, g, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    assert d_tf["main_mac"] > 0 and d_tf["main_mac_tf32"] == pytest.approx(d_tf["main_mac"]) and d_ie["main_mac_tf32"] == 0
+    # the gather term: stream-K gather kernels only (split-K and the pointwise stream-K kernel: 0)
+    p1 = parse_problem("n=32,c=64,k=64,h=56,w=56,y=1,x=1")
+    pb = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
+    for p, pw in ((pb, False), (p1, True)):
+        sk = KernelSpec("wgrad_sk", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=128, bk=64, num_stages=3,
+                        mode="dp_sk", pointwise=pw)  # fmt: skip
+        geo = launch_geometry(p, "wgrad_sk", "workspace", bm=64, bn=128, bk=64, mode="dp_sk", pool=264)
+        d = M.terms(p, sk, geo, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+        if pw:
+            assert d["main_loads_sk_gather"] == 0
+        else:
+            assert d["main_loads_shared"] > 0 and d["main_loads_sk_gather"] == pytest.approx(d["main_loads_shared"])
+        sp = KernelSpec("wgrad", "direct", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=128, bk=64, num_stages=3, pointwise=pw)
+        d = M.terms(p, sp, launch_geometry(p, "wgrad", "direct", bm=64, bn=128, bk=64), arch="sm_90", compute_units=132, occupancy=2).as_dict()
+        assert d["main_loads_sk_gather"] == 0
