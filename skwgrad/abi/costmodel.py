@@ -28,11 +28,12 @@ co-residency on a CU and the CU count):
              ``main_loads_sk_gather``: the loads of the stream-K gather kernels (not the pointwise
              one), priced again: measured, stream-K candidates near the fastest on 3x3 / 5x5
              layers ran 6-8% slower than split-K's rate for the same loads said, 1x1 ones did not
-             (a stream-K CTA walks its range at an offset no other CTA shares, so the tap-shifted
-             re-reads of x find less in L1 / L2 than split-K's CTAs of one split do).
-``epilogue`` tile stores on the critical path (one per wave of CTAs; a persistent CTA's per DP tile it walks;
-             a stream-K range one per tile it touches), in the bytes they write,
-             times the ``r`` co-resident CTAs whose stores leave the same CU.
+             (likely because a stream-K CTA walks its range at an offset no other CTA shares, so
+             the tap-shifted re-reads of x find less in L2 than split-K's CTAs of one split do;
+             run F4 saw 18% against 45% L2 hits on one such row).
+``epilogue`` tile stores on the critical path (split-K: one per CTA the busiest CU runs; a persistent
+             CTA's per DP tile it walks; a stream-K range one per tile it touches), in the bytes
+             they write, times (stream-K) the ``r`` co-resident CTAs whose stores leave the same CU.
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
              tree: one per round); ``fixup_atomic``: the atomic adds of the workspace / atomic
              reductions, device-wide per CU (K elements): the L2 executes them and the issuing
