@@ -35,7 +35,8 @@ def _tools():
     return b / "cuobjdump", b / "nvdisasm"
 
 
-def compile_variant(v: R.Variant, p: R.Problem):
+def compile_variant(v: R.Variant, p: R.Problem, target=("cuda", 90, 32)):
+    """``target``: (backend, arch, warp size), sm_90 unless told (amd.py: ("hip", "gfx942", 64))."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -43,7 +44,7 @@ def compile_variant(v: R.Variant, p: R.Problem):
     fn = R.kernel(v.kernel_kind)
     if v.kind == "base":
         consts = dict(BM=v.bm, BN=v.bn, BK=v.bk, IS_3D=False, POINTWISE=(p.y == 1 and p.x == 1 and p.pad == 0),
-                      VEC_C=8, VEC_K=8, INPUT_PRECISION="ieee", VARIANT="atomic", X_CACHE=".ca")  # fmt: skip
+                      VEC_C=8, VEC_K=8, INPUT_PRECISION="ieee", VARIANT="atomic", X_CACHE=".ca" if target[0] == "cuda" else "")  # fmt: skip
         ptrs = {"dy": "*bf16", "x": "*bf16", "dw": "*fp32", "ws_ptr": "*fp32"}
     else:
         pn, ph, pw = R.geometry(v, p)[2]["patch"]
@@ -59,7 +60,7 @@ def compile_variant(v: R.Variant, p: R.Problem):
         sig[a] = "constexpr" if a in consts else ptrs.get(a, "i32")
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if ptrs.get(a, "").startswith("*")}
     src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+    return triton.compile(src, target=GPUTarget(*target),
                           options={"num_warps": v.warps, "num_stages": v.stages, "enable_fp_fusion": True})  # fmt: skip
 
 
