@@ -86,13 +86,13 @@ def main():
     a = ap.parse_args()
 
     from skwgrad.cache import Cache
-    from skwgrad.launcher.api import _occupancy
     from skwgrad.launcher.backends import get_backend
     from skwgrad.launcher.baseline import stream_hold
+    from skwgrad.launcher.select import backend_occupancy
 
     backend = get_backend()
     cache = Cache(a.cache, readonly=True)
-    occ = _occupancy(backend)
+    occ = backend_occupancy(backend)
     hold = stream_hold() if backend.binary_kind == "cubin" else None
     doc = {"method": __doc__.split("\n\n")[0], "top": a.top, "rounds": a.rounds, "iters": a.iters, "arch": backend.arch,
            "compute_units": backend.compute_units, "sets": {}}  # fmt: skip

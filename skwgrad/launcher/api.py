@@ -28,7 +28,7 @@ from skwgrad.launcher.calls import TorchCall, run_arrays
 from skwgrad.launcher.interop import device_of, stream_int, stream_of, view
 from skwgrad.launcher.options import LaunchOptions
 from skwgrad.launcher.plan import Plan
-from skwgrad.launcher.select import choose
+from skwgrad.launcher.select import backend_occupancy, choose
 
 log = logging.getLogger("skwgrad")
 PLAN_CACHE_SIZE = 256
@@ -120,15 +120,6 @@ def _cache_id(cache) -> str:
     return f"path:{path}" if path is not None else f"id:{id(cache)}"
 
 
-def _occupancy(backend):
-    def occ(kernel):
-        md = kernel.metadata
-        fn = backend.load(kernel.key, kernel.loader, md["name"], int(md["threads"]), int(md["shared"]))
-        return backend.max_active_per_cu(fn)
-
-    return occ
-
-
 def _options(options: LaunchOptions | None, kw: dict) -> LaunchOptions:
     if options is not None:
         if not isinstance(options, LaunchOptions):
@@ -163,7 +154,7 @@ def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backen
         damaged: set = set()
         while True:  # a damaged entry is skipped (reported once by the cache) and selection goes on
             try:
-                choice = choose(problem, c, arch=be.arch, cus=be.compute_units, options=options, occupancy=_occupancy(be),
+                choice = choose(problem, c, arch=be.arch, cus=be.compute_units, options=options, occupancy=backend_occupancy(be),
                                 exclude=frozenset(damaged))  # fmt: skip
                 p = choice.plan(problem, be)
                 break

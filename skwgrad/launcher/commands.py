@@ -110,14 +110,13 @@ def run_problems(
     verify=True, bench=False, baseline=None, seed=0, warmup=10, iters=50, echo=print, tune=False,
 ) -> tuple[list[dict], bool]:
     """Run each problem's selected (or every matching) cached kernel. Returns (rows, all ok)."""
-    from skwgrad.launcher.api import _occupancy
     from skwgrad.launcher.hostdata import DeviceInputs
     from skwgrad.launcher.options import LaunchOptions
-    from skwgrad.launcher.select import NoKernelError, all_choices, choose
+    from skwgrad.launcher.select import NoKernelError, all_choices, backend_occupancy, choose
     from skwgrad.launcher.select import tune as tune_problem
     from skwgrad.reference import relative_error, tolerance, wgrad_reference
 
-    occ = _occupancy(backend)
+    occ = backend_occupancy(backend)
     hold = stream_hold() if bench and backend.binary_kind == "cubin" else None
     rows, all_ok = [], True
     for name, regime, p in problems:
