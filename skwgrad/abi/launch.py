@@ -21,6 +21,14 @@ from skwgrad.errors import AbiError, ProblemError
 
 STAGE2_BLOCK = 512  # elements per Stage-2 CTA (one 16-byte vector per thread of 4 warps; small dW still
 # spreads over tens of CUs); the stage2 spec in the cache uses the same
+STAGE2_WARPS = 4
+
+
+def stage2_spec(dw_dtype: str):
+    """The Stage-2 reduce kernel for a dW dtype: what the sweep builds and selection looks up."""
+    from skwgrad.abi.spec import KernelSpec  # spec imports nothing of this module; kept local to stay that way
+
+    return KernelSpec("stage2", "reduce", dw_dtype, dw_dtype, block=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
 
 
 @dataclass(frozen=True)

@@ -99,14 +99,13 @@ from dataclasses import dataclass
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
 from skwgrad.abi.kernargs import SK_REDUCTIONS
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_window
+from skwgrad.abi.launch import dwconv_window, stage2_spec
 from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import SkwgradError
 
 PRESETS = ("smoke", "default", "broad", "full")
 STREAMK_CHOICES = ("off", *MODES, "all")
-STAGE2_WARPS = 4
 SMOKE_DTYPES = ("bf16",)
 
 
@@ -478,10 +477,6 @@ register_family("wgrad", _splitk_specs)
 register_family("wgrad_sk", _streamk_specs)
 register_family("dwconv", lambda ctx: dwconv_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("grouped", lambda ctx: grouped_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
-
-
-def stage2_spec(dw_dtype: str) -> KernelSpec:
-    return KernelSpec("stage2", "reduce", dw_dtype, dw_dtype, block=STAGE2_BLOCK, num_warps=STAGE2_WARPS)
 
 
 def _needs_stage2(spec: KernelSpec) -> bool:

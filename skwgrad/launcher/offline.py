@@ -17,7 +17,7 @@ from skwgrad.abi import narrow
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem, parse_problem
 from skwgrad.abi.kernargs import SK_REDUCTIONS, SPLITK_EPILOGUES
-from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.abi.launch import stage2_spec
 from skwgrad.abi.plan_report import check_options, launch_report
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.abi.streamk import MODES
@@ -78,7 +78,7 @@ def every_kernel(problem: ConvProblem, arch: str, tiles=None) -> list[KernelSpec
                 out.append(spec)
     out = narrow.widest(out, problem)
     try:
-        out.append(KernelSpec("stage2", "reduce", problem.dw_dtype, problem.dw_dtype, block=STAGE2_BLOCK))
+        out.append(stage2_spec(problem.dw_dtype))
     except AbiError:
         pass
     return out
