@@ -395,3 +395,23 @@ def test_tf32_chain_and_stream_k_gather_loads_are_priced_apart():
         sp = KernelSpec("wgrad", "direct", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=128, bk=64, num_stages=3, pointwise=pw)
         d = M.terms(p, sp, launch_geometry(p, "wgrad", "direct", bm=64, bn=128, bk=64), arch="sm_90", compute_units=132, occupancy=2).as_dict()
         assert d["main_loads_sk_gather"] == 0
+
+
+def test_the_packed_group_loop_has_its_own_price_per_iteration_on_the_path():
+    # Model 6: the grouped loop's iterations on the critical path are priced apart; the dense
+    # split-K kernel on the same geometry gets none of it.
+    p = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")
+    s = KernelSpec("grouped", "two_stage", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, block=8, num_stages=3)
+    dense = KernelSpec("wgrad", "two_stage", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_stages=3)
+    per_path = {}
+    for ks in (4, 11, 27):
+        geo = launch_geometry(p, "grouped", "two_stage", bm=64, bn=64, bk=64, ks_count=ks, groups_per_tile=8)
+        t = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=4)
+        assert t.as_dict()["main_iter_grouped"] == pytest.approx(t.path_iters) and t.path_iters > 0
+        per_path[ks] = t.as_dict()["main_iter_grouped"]
+        td = M.terms(p, dense, geo, arch="sm_90", compute_units=132, occupancy=4)
+        assert td.as_dict()["main_iter_grouped"] == 0
+    assert per_path[27] < per_path[11] < per_path[4]  # more splits, a shorter path
+    # the shipped H200 constants price it: a grouped launch costs more than the same terms without it
+    m = M.builtin("sm_90")
+    assert m.constants[M.TERMS.index("main_iter_grouped")] > 0

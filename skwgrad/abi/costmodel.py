@@ -31,6 +31,9 @@ co-residency on a CU and the CU count):
              (likely because a stream-K CTA walks its range at an offset no other CTA shares, so
              the tap-shifted re-reads of x find less in L2 than split-K's CTAs of one split do;
              run F4 saw 18% against 45% L2 hits on one such row).
+             ``main_iter_grouped``: a price per iteration on the critical path of the packed-group
+             (``grouped``) loop, which its loads and MMAs alone under-price (cross-validated by shape
+             set on 21 sets: 5 more rows within 5% of the fastest, none fewer in any set).
 ``epilogue`` tile stores on the critical path (split-K: one per CTA the busiest CU runs; a persistent
              CTA's per DP tile it walks; a stream-K range one per tile it touches), in the bytes
              they write, times (stream-K) the ``r`` co-resident CTAs whose stores leave the same CU.
@@ -75,9 +78,10 @@ from skwgrad.abi.launch import LaunchGeometry
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 5  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 6  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
-# by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads
+# by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
+# price of the packed-group loop
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
@@ -89,7 +93,7 @@ TERMS = (
     "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
-    "main_mac_tf32", "main_loads_sk_gather",
+    "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped",
     *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -235,6 +239,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         path * loads * max(0.0, LOAD_HIDING_WARPS / max(1, spec.num_warps) - resident),
         path * mac_warp if fp32_in and spec.precision == "tf32" else 0.0,
         cu_iters * loads if spec.family == "wgrad_sk" and not spec.pointwise else 0.0,
+        float(path) if spec.family == "grouped" else 0.0,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
     )  # fmt: skip
     return Terms(values, resident, path)
@@ -382,18 +387,19 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
 _BUILTIN: dict[str, tuple] = {
-    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 17 shape
+    # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
     # (B1, C2), the drawn layers of random_2026120113..17.csv (C1-D3), random_g_2026120117.csv (D3),
     # random_2026120119.csv / random_g_2026120119.csv (E4), random_2026120120.csv (E5),
-    # random_2026120121.csv (E6) and random_2026120122/23.csv, random_g/dw_2026120122.csv (F1). Runs
-    # before E3 timed the Stage-2 reduce that added one replica per load: their two-stage timings
-    # are left out (fit_costmodel.py --stale-stage2). 12899 timings, ranking-weighted fit, geomean
-    # |error| 6.5%. Cross-validated by shape set (fit on sixteen sets, auto on the seventeenth; a
-    # set timed more than once is judged on its last file): 318 of 366 rows within 5% of the
-    # fastest (87%), geomean 1.017; model 4 on the same 17 sets: 303/368 (82%), 1.021
-    # (benchmarks/results/costmodel_fit_i_2026-12-01.json).
-    "sm_90": (0, 0.00908878, 0, 0.21364, 0, 0.0452922, 0.42504, 0.0165292, 0.0854367, 0.198529, 0, 3.49067, 2.46002, 0.0173244, 0.872774, 1.5469, 0.0431035, 0.00848118, 0.0822043, 0.0223434, 4.15336, 5.25559, 0, 5.69939, 0, 6.28791, 0),
+    # random_2026120121.csv (E6), random_2026120122/23.csv, random_g/dw_2026120122.csv (F1),
+    # random_2026120124.csv / random_g_2026120124.csv (F2) and random_2026120125.csv /
+    # random_dw_2026120125.csv (F3). Runs before E3 timed the Stage-2 reduce that added one replica
+    # per load: their two-stage timings are left out (fit_costmodel.py --stale-stage2). 15996 timings,
+    # ranking-weighted fit, geomean |error| 6.4%. Cross-validated by shape set (fit on twenty sets,
+    # auto on the twenty-first; a set timed more than once is judged on its last file): 386 of 454
+    # rows within 5% of the fastest (85%), geomean 1.021; model 5 (no packed-group iteration term) on
+    # the same 21 sets: 381/454 (84%), 1.023 (benchmarks/results/costmodel_cv21_v6_2026-12-01.json).
+    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.038096, 0.00885671, 0.0864604, 0.0234799, 0.0400511, 4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -421,7 +427,7 @@ _DEFAULT_PRIOR = (
     0.3, 3.0, 0.25, 0.05,  # stage2 (per MiB), launch, dram (per MiB per CU), spill
     0.03, 0.3, 25.0,  # ieee fp32-input matrix work, Stage-2 chain (per replica and wave), L2 refetch (per MiB per CU)
     0.03, 0.05,  # tf32 matrix work, exposed loads
-    0.01, 0.0,  # tf32 per-warp MMA chain, SK gather loads
+    0.01, 0.0, 0.0,  # tf32 per-warp MMA chain, SK gather loads, packed-group iteration
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
