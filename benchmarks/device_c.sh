@@ -8,6 +8,8 @@
 #                               `auto` / `all`: only the first / only the second
 #   verify CACHE.tar.xz CSV     run-from-cache --verify on a corpus-built cache: a kernel for every row
 #   dw CACHE.tar.xz             benchmarks/gpu_depthwise.py run --only _s2_,dil2 on that cache (stride-2 window kernels)
+#   ab OLD.tar.xz NEW.tar.xz CSV...  two kernel sources, one pass: benchmarks/ab_caches.py times the same
+#                               launches from both caches, interleaved, and checks NEW's dW against OLD's
 #   DUEL=1 with calib/all: then benchmarks/duel_auto_tuned.py re-times auto's pick and the sweep's
 #                               fastest candidates in one interleaved pass (auto vs tuned in one run)
 # Carried: .whl and the named exports. PKG=DIR runs the skwgrad package under DIR instead of this
@@ -52,6 +54,14 @@ while [ $# -gt 0 ]; do
     c=$1; n=$(basename "$2" .csv); rm -rf /tmp/vc; python3 -m skwgrad cache import "$c" --cache /tmp/vc | tail -1
     timeout 120 python3 -m skwgrad run-from-cache --cache /tmp/vc --corpus "$2" --verify --out $R/verify_$n.json > $R/verify_$n.log 2>&1
     echo "verify $n rc=$? $(( $(date +%s) - t0 )) s"; tail -2 $R/verify_$n.log; shift 2 ;;
+  ab)
+    # B's entries are of another kernel source than this checkout's: ab_caches.py reads each cache as
+    # built, and checks B's dW against A's (A: verified against float64 by run-from-cache before).
+    rm -rf /tmp/aa /tmp/ab; python3 -m skwgrad cache import "$1" --cache /tmp/aa | tail -1
+    python3 -m skwgrad cache import "$2" --cache /tmp/ab | tail -1; shift 2
+    csvs=(); while [ $# -gt 0 ] && [[ $1 == *.csv ]]; do csvs+=("$1"); shift; done
+    timeout 420 python3 benchmarks/ab_caches.py --a /tmp/aa --b /tmp/ab $(printf -- '--corpus %s ' "${csvs[@]}") --budget-s 380 \
+      --out $R/ab.json > $R/ab.log 2>&1; echo "ab rc=$? $(( $(date +%s) - t0 )) s"; grep -E '^\S+\.csv:' $R/ab.log ;;
   dw)
     d=$1; shift; rm -rf /tmp/dwc; python3 -m skwgrad cache import "$d" --cache /tmp/dwc | tail -1
     timeout 200 python3 benchmarks/gpu_depthwise.py run --cache /tmp/dwc --only _s2_,dil2 --out $R/depthwise_s2.json --budget-s 150 > $R/depthwise_s2.log 2>&1
