@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compare_auto_tuned import geo  # noqa: E402  (benchmarks/ is the script's own directory)
+from compare_auto_tuned import geo, timing_device  # noqa: E402  (benchmarks/ is the script's own directory)
 
 DENSE = ("wgrad", "wgrad_sk", "grouped")
 
@@ -120,14 +120,10 @@ def main():
 
     from skwgrad.abi.conv import read_corpus
     from skwgrad.cache import Cache
-    from skwgrad.launcher.backends import get_backend
-    from skwgrad.launcher.baseline import stream_hold
-    from skwgrad.launcher.select import backend_occupancy, problem_key
+    from skwgrad.launcher.select import problem_key
 
-    backend = get_backend()
+    backend, occ, hold = timing_device()
     ca, cb = (Cache(a.a, readonly=True), built_identity(a.a)), (Cache(a.b, readonly=True), built_identity(a.b))
-    occ = backend_occupancy(backend)
-    hold = stream_hold() if backend.binary_kind == "cubin" else None
     doc = {"method": __doc__.split("\n\n")[0], "top": a.top, "rounds": a.rounds, "iters": a.iters, "arch": backend.arch,
            "compute_units": backend.compute_units, "a_identity": list(ca[1]), "b_identity": list(cb[1]), "sets": {}}  # fmt: skip
     t0 = time.time()

@@ -13,6 +13,18 @@ import math
 from pathlib import Path
 
 
+def timing_device():
+    """(backend, occupancy query, stream hold) for the interleaved timing scripts: the GPU of this
+    machine, its per-kernel occupancy, and (CUDA) a hold that queues every timed launch before the
+    device reaches it."""
+    from skwgrad.launcher.backends import get_backend
+    from skwgrad.launcher.baseline import stream_hold
+    from skwgrad.launcher.select import backend_occupancy
+
+    backend = get_backend()
+    return backend, backend_occupancy(backend), (stream_hold() if backend.binary_kind == "cubin" else None)
+
+
 def geo(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from compare_auto_tuned import geo  # noqa: E402  (benchmarks/ is the script's own directory)
+from compare_auto_tuned import geo, timing_device  # noqa: E402  (benchmarks/ is the script's own directory)
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 
 
@@ -86,14 +86,9 @@ def main():
     a = ap.parse_args()
 
     from skwgrad.cache import Cache
-    from skwgrad.launcher.backends import get_backend
-    from skwgrad.launcher.baseline import stream_hold
-    from skwgrad.launcher.select import backend_occupancy
 
-    backend = get_backend()
+    backend, occ, hold = timing_device()
     cache = Cache(a.cache, readonly=True)
-    occ = backend_occupancy(backend)
-    hold = stream_hold() if backend.binary_kind == "cubin" else None
     doc = {"method": __doc__.split("\n\n")[0], "top": a.top, "rounds": a.rounds, "iters": a.iters, "arch": backend.arch,
            "compute_units": backend.compute_units, "sets": {}}  # fmt: skip
     t0 = time.time()
