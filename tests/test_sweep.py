@@ -230,6 +230,9 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
             pairs -= {(w // 2, w // 2)}
         if extra:
             return True
+        if arch == "sm_90" and half and s.spatial_dims == 2 and (s.vec_c, s.vec_k) == (1, 1):
+            # scalar loads on sm_90: 8-warp 64x64 and 64x128 tiles instead of the 4-warp 64x128 (run G6)
+            return tile in {(64, 64, 64, 8), (64, 128, 64, 8), (128, 128, 64, 8)}
         if tile == small:  # the first-layer kernel
             return (s.vec_c, s.vec_k) == (1, w) and s.spatial_dims == 2 and not s.pointwise
         return tile in tiles and (s.vec_c, s.vec_k) in pairs
@@ -259,7 +262,7 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
         assert {(s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad_sk"} == {
             (s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad"}
     dense = ("wgrad", "wgrad_sk", "stage2")
-    assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 247, "gfx950": 249, "sm_90": 263}
+    assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 247, "gfx950": 249, "sm_90": 269}
     assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 24 for a in ARCHES)  # + window kernels (4 dW sets x 3 widths x stride 1, 2)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them

@@ -430,6 +430,22 @@ def _default_dw_sets(ctx: FamilyContext) -> list[tuple[str, str, bool]]:
     return [("ieee", "fp32", True)]
 
 
+# Scalar loads (vec 1: channel counts with no common power-of-two factor the vector kernels need)
+# issue one load per element, so the threads of a CTA bound the loop: on the H200 the 2-D (1, 1)
+# split-K kernels at 64x128 ran 1.7-2.9x faster with 8 warps than with 4 on all 14 unaligned layers
+# timed (run G6, benchmarks/RESULTS.md), and a 64x64 8-warp tile was the fastest on 7 of them (few
+# output tiles). sm_90 and 16-bit inputs only: no AMD GPU and no fp32 or 3-D row measured it.
+_SCALAR_TILES_SM90 = (Tile(64, 64, 64, 8), Tile(64, 128, 64, 8))
+
+
+def _scalar_tiles(ctx: FamilyContext, tiles: list[Tile]) -> list[Tile]:
+    """The default's tiles for the 2-D (1, 1) split-K kernels."""
+    if ctx.tiles or ctx.arch != "sm_90" or DTYPE_BYTES[ctx.dtype] != 2:
+        return tiles
+    stages = ARCHES[ctx.arch].default_stages
+    return [Tile(t.bm, t.bn, t.bk, t.num_warps, stages) for t in _SCALAR_TILES_SM90] + [t for t in tiles if t.bm * t.bn > 64 * 128]
+
+
 def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
     dtype, W = ctx.dtype, widest_vec(ctx.dtype)
     tiles = ctx.configs
@@ -444,8 +460,9 @@ def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
             continue
         for dims, pw in _DEFAULT_GEOMETRIES:
             for variant in _DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D:
-                for t in tiles:
-                    for vc, vk in _default_pairs(dtype, pw, dims):
+                for vc, vk in _default_pairs(dtype, pw, dims):
+                    scalar = (vc, vk) == (1, 1) and dims == 2
+                    for t in _scalar_tiles(ctx, tiles) if scalar else tiles:
                         out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
                 for t in _default_extra_tiles(ctx, pw) if dims == 2 else []:
                     out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=W, vk=W))
