@@ -27,7 +27,9 @@ Presets
     ``(W,W)``, stream-K ``dp_sk`` ``workspace`` at ``(W,W)``. A full set holds:
     split-K ``direct`` and ``two_stage`` at ``(1,1)``, ``(1,W)``, ``(W,1)``, ``(W,W)`` and
     ``(W/2,W/2)`` (pointwise only at ``(W,W)`` and ``(W/2,W/2)``), and the first-layer ``(1,W)``
-    kernel also at 64x64 (C = 3: the tile the kernel bench's best conv1 split-K used). Stream-K
+    kernel also at 64x64 (C = 3: the tile the kernel bench's best conv1 split-K used); on sm_90 the
+    2-D ``(1,1)`` kernels of the 16-bit sets at 64x64 and 64x128 with 8 warps instead of 64x128
+    with 4 (scalar loads: the threads bound the loop, ``_SCALAR_TILES_SM90``). Stream-K
     ``dp_sk x {linear, workspace}`` at ``(W,W)`` (the persistent mode and the scalar stream-K
     kernels measured within 0.13% / never within 3% of the best on the H200: ``broad`` keeps them).
     Not in default (``broad``/``full`` keep them): the ``atomic`` split-K epilogue and stream-K
