@@ -35,10 +35,11 @@ def main():
     p = parse_problem(a.problem)
     backend, occ, _ = timing_device()
     cache = Cache(a.cache, readonly=True)
-    found = [c for c in all_choices(p, cache, arch=backend.arch, cus=backend.compute_units, occupancy=occ)
+    choices = all_choices(p, cache, arch=backend.arch, cus=backend.compute_units, occupancy=occ)
+    found = [c for c in choices
              if c.kernel.label == a.kernel and (not a.pool or c.pool == a.pool) and (not a.ks or c.ks_count == a.ks)]  # fmt: skip
     if not found:
-        have = sorted({(c.kernel.label, c.pool, c.ks_count) for c in all_choices(p, cache, arch=backend.arch, cus=backend.compute_units, occupancy=occ)})
+        have = sorted({(c.kernel.label, c.pool, c.ks_count) for c in choices})
         sys.exit(f"no candidate {a.kernel} pool={a.pool} ks={a.ks} for {a.problem}; the search has: {have}")
     c = found[0]
     bufs = DeviceInputs.random(p, backend, seed=0)
