@@ -16,7 +16,9 @@ from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.kernargs import declaration
-from skwgrad.abi.launch import DWCONV_MIN_STEPS, DWCONV_WIN_CTAS_PER_CU, dwconv_geometry, dwconv_ks_count, grouped_ks_count, launch_geometry
+from skwgrad.abi.launch import (DWCONV_MIN_STEPS, DWCONV_WIN_ATOMIC_COST, DWCONV_WIN_CTA_COST, DWCONV_WIN_CTAS_PER_CU, DWCONV_WIN_RESIDENT,
+                                DWCONV_WIN_SEARCH_CTAS_PER_CU, dwconv_geometry, dwconv_ks_count, dwconv_tiling, dwconv_window,
+                                grouped_ks_count, launch_geometry)  # fmt: skip
 from skwgrad.abi.spec import KernelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -262,8 +264,68 @@ def test_ks_count_rule_fills_the_device(arch):
     ks = dwconv_ks_count(small, bc=64, br=4, compute_units=cus)
     assert ks == max(1, 49 // DWCONV_MIN_STEPS)
     assert dwconv_ks_count(parse_problem("n=1,c=8,k=8,g=8,h=3,w=3,y=3,x=3,padding=1"), bc=64, br=4, compute_units=cus) == 1
-    # window kernels fill the device at DWCONV_WIN_CTAS_PER_CU (2), the gather kernels at 4
-    win = dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3")
-    assert DWCONV_WIN_CTAS_PER_CU == 2 and win == dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", ctas_per_cu=2)
-    assert 9 * win >= 2 * cus and 9 * (win - 1) < 2 * cus  # 9 blocks of 16 channels
-    assert dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", ctas_per_cu=4) > win
+    # the search's override still sizes a window kernel's split at ctas_per_cu CTAs per CU
+    win2 = dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", ctas_per_cu=2)
+    assert 9 * win2 >= 2 * cus and 9 * (win2 - 1) < 2 * cus  # 9 blocks of 16 channels
+    assert dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", ctas_per_cu=4) > win2
+
+
+def _win_cost(p, bc, br, mode, ks, cus):
+    """The window rule's cost of the launch ks resolves to (restated from DWCONV_WIN_*)."""
+    w = dwconv_window(mode)
+    t = dwconv_tiling(p, bc, 1, br, mode)
+    iters = -(-t.iters_per_tile // ks)
+    ks = -(-t.iters_per_tile // iters)
+    waves = -(-ks * t.num_tiles // (DWCONV_WIN_RESIDENT.get((w.tr, w.sw), DWCONV_WIN_CTAS_PER_CU) * cus))
+    taps = w.tr * p.x
+    return waves * (DWCONV_WIN_CTA_COST + iters * br * w.bw * taps) + DWCONV_WIN_ATOMIC_COST * ks * min(bc, p.g) * taps
+
+
+WIN_ROWS = [  # (problem, BC, BR, mode): the default's window configurations, few to many channel blocks
+    ("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1", 16, 64, "win7r3"),
+    ("n=32,c=16,k=16,g=16,h=113,w=113,y=3,x=3,padding=1", 16, 64, "win7r3"),
+    ("n=16,c=24,k=24,g=24,h=112,w=112,y=3,x=3,stride=2,padding=1", 16, 32, "win7r3s2"),
+    ("n=32,c=104,k=104,g=104,h=112,w=112,y=5,x=5,padding=2", 16, 16, "win7r5"),
+    ("n=16,c=16,k=16,g=16,h=112,w=112,y=5,x=5,padding=2", 16, 16, "win7r5"),
+    ("n=32,c=384,k=384,g=384,h=15,w=15,y=7,x=7,padding=3", 16, 32, "win7"),
+    ("n=32,c=128,k=128,g=128,h=57,w=57,y=5,x=5,stride=2,padding=2", 16, 32, "win7s2"),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("text,bc,br,mode", WIN_ROWS)
+def test_window_ks_is_the_cheapest_searched_degree(arch, text, bc, br, mode):
+    """A window kernel's own split is one the search times (DWCONV_WIN_SEARCH_CTAS_PER_CU, the
+    override's degrees) and of those the one of least cost: whole waves of resident CTAs plus the
+    splits' atomics into one channel block."""
+    cus = get_arch(arch).compute_units
+    p = parse_problem(text)
+    searched = {c: dwconv_ks_count(p, bc=bc, br=br, compute_units=cus, mode=mode, ctas_per_cu=c) for c in DWCONV_WIN_SEARCH_CTAS_PER_CU}
+    ks = dwconv_ks_count(p, bc=bc, br=br, compute_units=cus, mode=mode)
+    assert ks in searched.values()
+    cost = {k: _win_cost(p, bc, br, mode, k, cus) for k in searched.values()}
+    assert cost[ks] == min(cost.values())
+    assert ks == min(k for k in cost if cost[k] == cost[ks])  # fewer splits on a tie
+
+
+def test_window_ks_follows_waves_and_atomics():
+    """What the two terms do on the H200's 132 SMs: a split that spills a partial wave past the
+    resident CTAs loses to one that fits; one channel block does not take hundreds of splits; a
+    long reduction at 4+ resident CTAs per SM splits past 2 per SM."""
+    cus = 132
+    # 3x3 (2 resident per SM), 24 channel blocks, 54 steps: 5 steps x 264 CTAs (one wave) beats
+    # 3 steps x 432 (two waves), however the other split degrees come out
+    p = parse_problem("n=32,c=384,k=384,g=384,h=27,w=27,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
+    ks = dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3")
+    t = dwconv_tiling(p, 16, 1, 64, "win7r3")
+    assert DWCONV_WIN_RESIDENT[(3, 1)] == 2
+    assert -(-ks * t.num_tiles // (2 * cus)) == 1 and ks * t.num_tiles > cus
+    # one channel block, 1792 steps of 5x5: the atomics keep it near one CTA per SM, not 2+
+    one = parse_problem("n=16,c=16,k=16,g=16,h=112,w=112,y=5,x=5,padding=2,dtype=fp16,dw_dtype=fp32")
+    ks = dwconv_ks_count(one, bc=16, br=16, compute_units=cus, mode="win7r5")
+    assert ks <= cus and ks < dwconv_ks_count(one, bc=16, br=16, compute_units=cus, mode="win7r5", ctas_per_cu=2)
+    # 4 channel blocks, 3584 steps of 5x5 (4 resident per SM): more than 2 CTAs per SM
+    big = parse_problem("n=32,c=64,k=64,g=64,h=112,w=112,y=5,x=5,padding=2,dtype=bf16,dw_dtype=fp32")
+    ks = dwconv_ks_count(big, bc=16, br=16, compute_units=cus, mode="win7r5")
+    assert ks * 4 > 2 * cus
+    assert ks > dwconv_ks_count(big, bc=16, br=16, compute_units=cus, mode="win7r5", ctas_per_cu=2)

@@ -137,12 +137,34 @@ def launch_geometry(
 # iterations.
 DWCONV_CTAS_PER_CU = 4  # enough resident CTAs to hide the gather latency (~4 waves of CTAs)
 # window kernels read contiguous strips: 2 CTAs per CU was the fastest of 1, 2, 4, 8 on most window
-# rows (H200 run D1, 19 depthwise rows: auto 1.05x the fastest geomean, 13 within 5%; at 4: 1.09x, 9)
+# rows (H200 run D1, 19 depthwise rows: auto 1.05x the fastest geomean, 13 within 5%; at 4: 1.09x, 9).
+# Now the split the search's ctas_per_cu override gives, and the residency of a window kernel
+# DWCONV_WIN_RESIDENT does not name.
 DWCONV_WIN_CTAS_PER_CU = 2
 DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue dominates
 # window kernels: one step is BR strips x BW columns x every tap of TR rows (7-21x a gather
 # step's products), so fewer steps per split already hide the epilogue
 DWCONV_WIN_MIN_STEPS = 2
+# The window kernels' split degree is the cheapest, by a two-term cost, of the degrees the search
+# times (1, 2, 4, 8 CTAs per CU: select.DWCONV_SEARCH_CTAS_PER_CU), so auto picks among launches
+# the search measures. Cost, in multiply-adds per channel (benchmarks/analyze_dwconv_ks.py, 91
+# window rows of 11 H200 shape sets, runs D1-G7):
+#   waves * (DWCONV_WIN_CTA_COST + steps per CTA * BR*BW*TR*X)   the CTAs, DWCONV_WIN_RESIDENT per
+#       CU at a time: a wave is paid whole (3x3 at 2 per SM: 264 CTAs of 5 steps 22 us, 432 of 3
+#       steps 29 us, randdw_12 of random_dw21)
+#   + DWCONV_WIN_ATOMIC_COST * ks_count * (live channels x TR*X taps of one CTA)   the epilogue's
+#       atomics: the splits of one channel block add into the same dW elements, which serialize
+#       however many SMs run them (5x5, 16 channels in one block: 128 / 256 / 448 / 896 splits
+#       29.5 / 37.1 / 53.6 / 92.8 us, ~0.09 us a split; with 8 live channels half that)
+# Left-one-set-out over those sets (each fold fits the two costs on the others): 84/97 depthwise
+# rows within 5% of the fastest timed degree, geomean 1.020, against 72/97, 1.040 for 2 per CU.
+DWCONV_WIN_SEARCH_CTAS_PER_CU = (1, 2, 4, 8)
+DWCONV_WIN_CTA_COST = 8000  # a CTA's fixed cost (setup, first loads, epilogue): ~2 steps of 3x3
+DWCONV_WIN_ATOMIC_COST = 3  # one split's atomic add of one dW element, serialized per element
+# CTAs per CU of the default window kernels, by (TR, SW) of the mode: 65536 registers / (128 threads
+# x the sm_90 bf16 build's registers: win7r3 180 -> 2, win7r3s2 168 -> 3, win7r5 128 -> 4, win7 96
+# -> 5, win7s2 95-107 -> 4). A kernel the table does not name: DWCONV_WIN_CTAS_PER_CU.
+DWCONV_WIN_RESIDENT = {(3, 1): 2, (3, 2): 3, (5, 1): 4, (1, 1): 5, (1, 2): 4}
 
 
 class DwWindow(NamedTuple):
@@ -193,18 +215,48 @@ def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str =
 
 def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
                     ctas_per_cu: int | None = None, mode: str = "") -> int:  # fmt: skip
-    """The split-K degree that fills the device: ``ctas_per_cu * compute_units`` CTAs over the
-    channel blocks (default: DWCONV_CTAS_PER_CU for gather kernels, DWCONV_WIN_CTAS_PER_CU for
-    window kernels), each split keeping at least DWCONV_MIN_STEPS steps (clamped to [1, steps]).
+    """The split-K degree. With ``ctas_per_cu`` (the search's override), and for gather kernels
+    (at DWCONV_CTAS_PER_CU): ``ctas_per_cu * compute_units`` CTAs over the channel blocks, each
+    split keeping at least DWCONV_MIN_STEPS steps (DWCONV_WIN_MIN_STEPS for window kernels),
+    clamped to [1, steps]. A window kernel's own degree: of those degrees at
+    DWCONV_WIN_SEARCH_CTAS_PER_CU, the one of least ``_dwconv_win_cost`` (whole waves of resident
+    CTAs plus the atomics of the splits into one channel block's dW; fewer splits on a tie).
     ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``)."""
+    win = dwconv_window(mode)
+    if ctas_per_cu is None and win.bw:
+        if compute_units <= 0:
+            raise ProblemError(f"dwconv_ks_count needs compute_units > 0, got {compute_units}")
+        t = dwconv_tiling(problem, bc, 1, br, mode)
+        best = None
+        for c in DWCONV_WIN_SEARCH_CTAS_PER_CU:
+            ks = dwconv_ks_count(problem, bc=bc, br=br, compute_units=compute_units, ctas_per_cu=c, mode=mode)
+            cost = _dwconv_win_cost(problem, t, win, bc=bc, br=br, ks_count=ks, compute_units=compute_units)
+            if best is None or cost < best[0]:
+                best = (cost, ks)
+        return best[1]
     if ctas_per_cu is None:
-        ctas_per_cu = DWCONV_WIN_CTAS_PER_CU if dwconv_window(mode)[0] else DWCONV_CTAS_PER_CU
+        ctas_per_cu = DWCONV_CTAS_PER_CU
     if compute_units <= 0 or ctas_per_cu <= 0:
         raise ProblemError(f"dwconv_ks_count needs compute_units > 0 and ctas_per_cu > 0, got {compute_units}, {ctas_per_cu}")
     t = dwconv_tiling(problem, bc, 1, br, mode)
     want = math.ceil(ctas_per_cu * compute_units / t.num_tiles)
-    min_steps = DWCONV_WIN_MIN_STEPS if dwconv_window(mode)[0] else DWCONV_MIN_STEPS
+    min_steps = DWCONV_WIN_MIN_STEPS if win.bw else DWCONV_MIN_STEPS
     return max(1, min(want, t.iters_per_tile // min_steps, t.iters_per_tile))
+
+
+def _dwconv_win_cost(problem: ConvProblem, t: Tiling, win: DwWindow, *, bc: int, br: int, ks_count: int,
+                     compute_units: int) -> float:  # fmt: skip
+    """A window launch's cost in multiply-adds per channel (DWCONV_WIN_CTA_COST's comment): the
+    launch ``ks_count`` resolves to (steps per split, non-empty splits), in whole waves of
+    DWCONV_WIN_RESIDENT CTAs per CU, plus its splits' atomics into one channel block's dW."""
+    steps = t.iters_per_tile
+    iters = math.ceil(steps / max(1, min(ks_count, steps)))
+    ks = math.ceil(steps / iters)
+    resident = DWCONV_WIN_RESIDENT.get((win.tr, win.sw), DWCONV_WIN_CTAS_PER_CU)
+    waves = math.ceil(ks * t.num_tiles / (resident * compute_units))
+    taps = win.tr * problem.x  # the taps of one CTA: TR rows of the filter
+    loop = waves * (DWCONV_WIN_CTA_COST + iters * br * win.bw * taps)
+    return loop + DWCONV_WIN_ATOMIC_COST * ks * min(bc, problem.g) * taps
 
 
 def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int,
