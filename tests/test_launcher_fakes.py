@@ -24,6 +24,7 @@ import pytest
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import declaration
+from skwgrad.abi.padding import pad_spec
 from skwgrad.abi.launch import STAGE2_BLOCK
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError
@@ -53,7 +54,7 @@ class FakeEntry:
     created: float = 0.0
 
 
-KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce", "dwconv": "dwconv_wgrad", "grouped": "grouped_wgrad"}
+KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce", "dwconv": "dwconv_wgrad", "grouped": "grouped_wgrad", "pad": "pad_rows"}
 
 
 def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int = 2, wave: int | None = None) -> dict:
@@ -372,6 +373,19 @@ def _store(be, ptr, values, dtype):
 
 def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
     """What the real kernel would leave in memory (float64 math, rounded on store)."""
+    if spec.family == "pad":  # dst[r, c] = src[row(r) * src_pitch + c] for c < width, else 0
+        st = np.dtype(_STORE[spec.dtype])
+        rows, width, sp, dp = a["rows"], a["width"], a["src_pitch"], a["dst_pitch"]
+        if not 0 < width <= dp or width > sp:
+            raise FakeFault(f"pad width {width} past a pitch ({sp}, {dp})")
+        r = np.arange(rows)
+        srow = (r // a["group_rows"]) * a["src_group_rows"] + r % a["group_rows"]
+        n_src = int(srow.max()) * sp + width
+        src = np.frombuffer(be.read(a["src"], n_src * st.itemsize), dtype=st)
+        out = np.zeros((rows, dp), dtype=st)
+        out[:, :width] = src[srow[:, None] * sp + np.arange(width)[None, :]]
+        be.write(a["dst"], out.tobytes())
+        return
     if spec.family == "stage2":
         n, r = a["numel"], a["replicas"]
         ws = be.read_array(a["ws_ptr"], n * r, "fp32").astype(np.float64).reshape(r, n)
@@ -461,7 +475,8 @@ def stage2(dw="bf16"):
     return KernelSpec("stage2", "reduce", dw, dw, block=STAGE2_BLOCK, num_warps=4)
 
 
-def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8)), tiles=((32, 32, 32),), path=None) -> FakeCache:
+def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8)), tiles=((32, 32, 32),), path=None,
+               pads=True) -> FakeCache:  # fmt: skip
     """Every family/variant/mode at the given widths, tiles and dims, plus Stage-2 for both dW dtypes."""
     c = FakeCache(path)
     for d in dims:
@@ -477,6 +492,9 @@ def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8))
                 c.add(spec("wgrad", "direct", dtype, "fp32", dims=d, vc=vc, vk=vk, tile=t), arch)
     c.add(stage2(dtype), arch)
     c.add(stage2("fp32"), arch)
+    if pads:  # the channel-padding copies (skwgrad.abi.padding) of both element dtypes
+        for d in sorted({dtype, "fp32"}):
+            c.add(pad_spec(d), arch)
     return c
 
 

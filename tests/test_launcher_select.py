@@ -173,7 +173,7 @@ def test_forced_linear_pool_beyond_co_residency_is_refused():
 
 
 def test_widest_vectors_and_pointwise_are_preferred():
-    c = F.full_cache(vecs=((1, 1), (8, 8), (1, 8)))
+    c = F.full_cache(vecs=((1, 1), (8, 8), (1, 8)), pads=False)  # the narrowing rule alone: no padded route
     for pw in (False, True):
         c.add(F.spec("wgrad", "direct", "bf16", vc=8, vk=8, pw=pw, tile=(64, 64, 32)))
     ch = S.choose(MANY_SHORT, c, arch="sm_90", cus=8, streamk="off")
@@ -192,7 +192,7 @@ def test_widest_vectors_and_pointwise_are_preferred():
 def test_auto_never_trades_vector_width_for_stream_k():
     # compile-all builds stream-K at vec 1 and the widest width only; split-K also at (4, 4)
     few_long_odd = parse_problem("n=8,c=12,k=36,h=32,w=32,y=3,x=3,padding=1")  # C, K multiples of 4, not 8; 8 tiles of 32x32
-    c = F.full_cache(vecs=((1, 1), (8, 8)))
+    c = F.full_cache(vecs=((1, 1), (8, 8)), pads=False)  # the width rule alone: no padded route
     r = S.rank_choices(few_long_odd, c, arch="sm_90", cus=16, options=LaunchOptions(), occupancy=occ(2))
     assert {x.spec.family for x in r.choices} == {"wgrad", "wgrad_sk"}  # v1 both ways: both are candidates
     for v in ("direct", "two_stage"):

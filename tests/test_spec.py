@@ -154,7 +154,7 @@ def test_validate_message_names_the_spec():
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(dtype="bf16", dw_dtype="fp32"), "stage2 has one dtype: the dW dtype"),
+        (dict(dtype="bf16", dw_dtype="fp32"), "stage2 has one dtype: the element dtype"),
         (dict(block=0), "stage2 block must be a power of two"),
         (dict(block=1000), "stage2 block must be a power of two"),
         (dict(num_warps=5), "num_warps is 1, 2, 4, 8 or 16"),

@@ -12,6 +12,8 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
+from skwgrad.abi.kernargs import HELPER_FAMILIES
+from skwgrad.abi.padding import pad_spec
 from skwgrad.abi.launch import STAGE2_BLOCK
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.spec import KernelSpec
@@ -43,7 +45,7 @@ def test_smoke_has_every_family_mode_and_reduction_per_arch(arch):
     items = sweep("smoke", arches=[arch])
     assert {it.arch for it in items} == {arch}
     ss = specs(items)
-    assert 13 <= len(ss) <= 20, len(ss)  # small: CI compiles it
+    assert 13 <= len(ss) <= 22, len(ss)  # small: CI compiles it
     wg = {s.variant for s in ss if s.family == "wgrad"}
     assert wg == {"direct", "atomic", "two_stage"}
     sk = {(s.mode, s.variant) for s in ss if s.family == "wgrad_sk"}
@@ -60,7 +62,7 @@ def test_smoke_has_every_family_mode_and_reduction_per_arch(arch):
     # also a 3-D, a pointwise and a non-W-aligned kernel, so those code paths are compiled in CI
     assert any(s.spatial_dims == 3 for s in ss)
     assert any(s.pointwise for s in ss)
-    assert any(s.family != "stage2" and (s.vec_c, s.vec_k) != (8, 8) for s in ss)
+    assert any(s.family not in HELPER_FAMILIES and (s.vec_c, s.vec_k) != (8, 8) for s in ss)
 
 
 def test_smoke_several_arches_and_dtypes():
@@ -68,7 +70,7 @@ def test_smoke_several_arches_and_dtypes():
     c = Counter(it.arch for it in items)
     assert set(c) == {"gfx942", "gfx950"} and c["gfx942"] == c["gfx950"]
     for s in specs(items):
-        if s.dtype == "fp32" and s.family != "stage2":
+        if s.dtype == "fp32" and s.family not in HELPER_FAMILIES:
             assert s.precision == "ieee"
         assert s.dtype in ("fp16", "fp32")
     assert sweep("smoke") == sorted(sweep("smoke"), key=lambda it: (ARCHES.index(it.arch), it.spec))
@@ -83,7 +85,7 @@ def test_smoke_respects_streamk_filters():
     assert {(s.mode, s.variant) for s in pers if s.family == "wgrad_sk"} == {("persistent", "linear"), ("persistent", "tree")}
     # --tiles replaces the smoke tile
     t = specs(sweep("smoke", arches=["gfx942"], tiles="64x64x64w4s3"))
-    assert {(s.bm, s.bn, s.bk, s.num_warps, s.num_stages) for s in t if s.family != "stage2"} == {(64, 64, 64, 4, 3)}
+    assert {(s.bm, s.bn, s.bk, s.num_warps, s.num_stages) for s in t if s.family not in HELPER_FAMILIES} == {(64, 64, 64, 4, 3)}
 
 
 # -- default / full: pruning, widths, precisions ----------------------------------------------
@@ -154,7 +156,7 @@ def test_gfx950_never_gets_tf32():
         ss = specs(sweep(preset, arches=["gfx950"], dtypes=["fp32"]))
         assert ss and not any(s.precision == "tf32" for s in ss)
     ss = specs(sweep("full", arches=["gfx950"], dtypes=["fp32"], tiles="64x64x32"))
-    assert ss and {s.precision for s in ss if s.family != "stage2"} == {"ieee"}
+    assert ss and {s.precision for s in ss if s.family not in HELPER_FAMILIES} == {"ieee"}
     for arch in ("gfx942", "sm_90"):
         assert "tf32" in {s.precision for s in specs(sweep("default", arches=[arch], dtypes=["fp32"]))}
 
@@ -164,7 +166,7 @@ def test_broad_is_pruned_and_covers_every_dtype(broad_all):
     assert all(allowed_streamk(s) for s in ss if s.family == "wgrad_sk")
     for arch in ARCHES:
         a = specs(broad_all, arch)
-        assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
+        assert {s.dtype for s in a if s.family not in HELPER_FAMILIES} == {"fp16", "bf16", "fp32"}
         assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == set(itertools.product(("dp_sk", "persistent"), ("linear", "atomic", "workspace"))) | {("dp_sk", "tree")}
         assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
         # every channel count is served by split-K: vec 1 in both operands exists for every dtype
@@ -185,6 +187,8 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
     tile = (s.bm, s.bn, s.bk, s.num_warps)
     if s.family == "stage2":
         return True
+    if s.family == "pad":  # the channel-padding copy of each element dtype the dense kernels move
+        return s == pad_spec(s.dtype)
     if s.family == "dwconv":  # 2-D at {1, W} per filter class, 3-D at W for 3x3x3; direct + one split epilogue
         split = "workspace" if s.dw_dtype == s.dtype != "fp32" else "atomic"
         if s.mode.startswith("win"):  # the window kernels: widths 3/5/7, 2-D, stride 1 and 2 along W, at W,
@@ -247,7 +251,7 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
     for arch in ARCHES:
         a = specs(default_all, arch)
         assert a and all(default_rule(s, arch) for s in a), [s.label for s in a if not default_rule(s, arch)][:5]
-        assert {s.dtype for s in a if s.family != "stage2"} == {"fp16", "bf16", "fp32"}
+        assert {s.dtype for s in a if s.family not in HELPER_FAMILIES} == {"fp16", "bf16", "fp32"}
         assert {(s.mode, s.variant) for s in a if s.family == "wgrad_sk"} == {("dp_sk", "linear"), ("dp_sk", "workspace")}
         assert {s.dw_dtype for s in a if s.family == "stage2"} == {"fp16", "bf16", "fp32"}
         # every (dtype, dW dtype, precision, dims) has the scalar split-K kernel: any channel count runs
@@ -292,7 +296,7 @@ def test_streamk_mode_and_reduction_filters():
 
 def test_tiles_filter_replaces_preset_tiles():
     items = sweep("default", arches=["gfx942"], dtypes=["bf16"], tiles="64x128x32,32x32x32w2s1")
-    cfg = {(s.bm, s.bn, s.bk, s.num_warps, s.num_stages) for s in specs(items) if s.family != "stage2"}
+    cfg = {(s.bm, s.bn, s.bk, s.num_warps, s.num_stages) for s in specs(items) if s.family not in HELPER_FAMILIES}
     assert cfg == {(64, 128, 32, 4, 2), (32, 32, 32, 2, 1)}
     assert parse_tiles("128x128x64w8s3") == (Tile(128, 128, 64, 8, 3),)
     assert parse_tiles("") is None
@@ -329,8 +333,8 @@ def test_dry_run_prints_counts_and_touches_nothing(tmp_path):
     for arch in ("gfx942", "gfx950"):
         line = next(ln for ln in r.output.splitlines() if ln.startswith(arch) and " bf16 " in ln)
         nums = [int(v) for v in line.split()[2:]]
-        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "stage2")
-        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:5])]
+        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "stage2", "pad")
+        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:6])]
         assert all(nums)
     assert not cache.exists()
 

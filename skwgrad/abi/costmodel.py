@@ -432,6 +432,23 @@ _DEFAULT_PRIOR = (
 )
 
 
+# -- channel padding (``skwgrad.abi.padding``) ------------------------------------------------------
+# A padded launch adds its copies to the main kernel's predicted time: bytes moved at the copy's
+# bandwidth plus a fixed cost per copy launched. Not terms of the fitted model (its timings ran no
+# copies): the H200's two constants are the least-squares fit of the copies' measured cost (padded
+# launch minus the same kernel on the padded problem) over 15 layers, run H1 (benchmarks/RESULTS.md,
+# ninth session): 1.75 TB/s and 2.05 us per copy. The AMD parts' bandwidths are the H200's scaled by
+# their peak memory bandwidth (5.3 and 8 TB/s against 4.8): not measured.
+PAD_BYTES_PER_US = {"sm_90": 1.75e6, "gfx942": 1.9e6, "gfx950": 2.9e6}
+PAD_LAUNCH_US = 2.05
+
+
+def padding_us(padding, arch: str) -> float:
+    """Predicted device time of a ``ChannelPadding``'s copies (all of them, in and out)."""
+    bw = PAD_BYTES_PER_US.get(arch, PAD_BYTES_PER_US["sm_90"])
+    return sum(c.bytes_moved / bw + PAD_LAUNCH_US for c in padding.copies)
+
+
 # -- co-residency without a device -----------------------------------------------------------------
 _THREADS_PER_CU = {"cuda": 2048, "hip": 2048}
 _REGS_PER_CU = {"cuda": 65536, "hip": 4 * 512 * 64}  # 32-bit registers (AMD: 4 SIMDs x 512 VGPRs x 64 lanes)
@@ -456,4 +473,5 @@ def offline_occupancy(metadata: dict, arch: str) -> int:
 
 
 __all__ = ["TERMS", "MODEL_VERSION", "Terms", "CostModel", "terms", "fit", "ranking_weights", "nnls", "builtin", "default_prior", "offline_occupancy",
+           "padding_us",
            "MODELLED_FAMILIES", "L2_BYTES"]  # fmt: skip

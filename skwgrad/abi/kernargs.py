@@ -46,7 +46,8 @@ SK_SCALARS = (
     "sk_extra_iters", "sk_pool", "sk_tree_rounds",
 )  # fmt: skip
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad")
+HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
 SPLITK_EPILOGUES = ("direct", "atomic", "two_stage")
 SK_REDUCTIONS = ("linear", "tree", "atomic", "workspace")
 FLAG_REDUCTIONS = ("linear", "tree")  # reductions that hand partials over through flags
@@ -136,6 +137,7 @@ def declaration(family: str, variant: str) -> KernargDecl:
     ``wgrad``: variant is the split-K epilogue (direct, atomic, two_stage).
     ``wgrad_sk``: variant is the stream-K reduction (linear, tree, atomic, workspace).
     ``stage2``: variant is ``reduce``.
+    ``pad``: variant is ``rows`` (the channel-padding copy, ``skwgrad.abi.padding``).
     """
     if family == "wgrad":
         if variant not in SPLITK_EPILOGUES:
@@ -158,6 +160,11 @@ def declaration(family: str, variant: str) -> KernargDecl:
         ]  # fmt: skip
     elif family in ("dwconv", "grouped"):
         args = _dwconv_args(variant, family)
+    elif family == "pad":
+        if variant != "rows":
+            raise AbiError(f"pad variant {variant!r} is not 'rows'")
+        args = [Arg("src", "ptr", "in"), Arg("dst", "ptr", "in"),
+                *(Arg(n, "i32") for n in ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows"))]  # fmt: skip
     else:
         raise AbiError(f"kernel family {family!r} is not one of {', '.join(FAMILIES)}")
     names = [a.name for a in args]

@@ -214,14 +214,16 @@ def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str =
 
 
 def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
-                    ctas_per_cu: int | None = None, mode: str = "") -> int:  # fmt: skip
+                    ctas_per_cu: int | None = None, mode: str = "", resident: int | None = None) -> int:  # fmt: skip
     """The split-K degree. With ``ctas_per_cu`` (the search's override), and for gather kernels
     (at DWCONV_CTAS_PER_CU): ``ctas_per_cu * compute_units`` CTAs over the channel blocks, each
     split keeping at least DWCONV_MIN_STEPS steps (DWCONV_WIN_MIN_STEPS for window kernels),
     clamped to [1, steps]. A window kernel's own degree: of those degrees at
     DWCONV_WIN_SEARCH_CTAS_PER_CU, the one of least ``_dwconv_win_cost`` (whole waves of resident
     CTAs plus the atomics of the splits into one channel block's dW; fewer splits on a tie).
-    ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``)."""
+    ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``); ``resident``:
+    the kernel's co-resident CTAs per CU (the device's occupancy query, or the estimate from its
+    metadata; None: DWCONV_WIN_RESIDENT, the sm_90 16-bit builds')."""
     win = dwconv_window(mode)
     if ctas_per_cu is None and win.bw:
         if compute_units <= 0:
@@ -230,7 +232,7 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
         best = None
         for c in DWCONV_WIN_SEARCH_CTAS_PER_CU:
             ks = dwconv_ks_count(problem, bc=bc, br=br, compute_units=compute_units, ctas_per_cu=c, mode=mode)
-            cost = _dwconv_win_cost(problem, t, win, bc=bc, br=br, ks_count=ks, compute_units=compute_units)
+            cost = _dwconv_win_cost(problem, t, win, bc=bc, br=br, ks_count=ks, compute_units=compute_units, resident=resident)
             if best is None or cost < best[0]:
                 best = (cost, ks)
         return best[1]
@@ -245,14 +247,15 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
 
 
 def _dwconv_win_cost(problem: ConvProblem, t: Tiling, win: DwWindow, *, bc: int, br: int, ks_count: int,
-                     compute_units: int) -> float:  # fmt: skip
+                     compute_units: int, resident: int | None = None) -> float:  # fmt: skip
     """A window launch's cost in multiply-adds per channel (DWCONV_WIN_CTA_COST's comment): the
     launch ``ks_count`` resolves to (steps per split, non-empty splits), in whole waves of
     DWCONV_WIN_RESIDENT CTAs per CU, plus its splits' atomics into one channel block's dW."""
     steps = t.iters_per_tile
     iters = math.ceil(steps / max(1, min(ks_count, steps)))
     ks = math.ceil(steps / iters)
-    resident = DWCONV_WIN_RESIDENT.get((win.tr, win.sw), DWCONV_WIN_CTAS_PER_CU)
+    if not resident:
+        resident = DWCONV_WIN_RESIDENT.get((win.tr, win.sw), DWCONV_WIN_CTAS_PER_CU)
     waves = math.ceil(ks * t.num_tiles / (resident * compute_units))
     taps = win.tr * problem.x  # the taps of one CTA: TR rows of the filter
     loop = waves * (DWCONV_WIN_CTA_COST + iters * br * win.bw * taps)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, TypeVar
 
 from skwgrad.abi.conv import ConvProblem
+from skwgrad.abi.kernargs import HELPER_FAMILIES
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError, ProblemError
 
@@ -47,12 +48,12 @@ def widest(things: Iterable[T], problem: ConvProblem, spec_of: Callable[[T], Ker
     """Keep, per main-kernel family, the ones with the widest channel vectors for ``problem``
     (``width_key``). ``things`` are specs, or anything ``spec_of`` maps to its spec (cached
     kernels). Order within a family is kept; families come out in ``MAIN_FAMILY_ORDER``, then any
-    other family in order of first appearance. Stage-2 specs are dropped."""
+    other family in order of first appearance. Stage-2 and pad specs are dropped."""
     things = list(things)
     fams = [f for f in MAIN_FAMILY_ORDER]
     for t in things:
         f = spec_of(t).family
-        if f not in fams and f != "stage2":
+        if f not in fams and f not in HELPER_FAMILIES:
             fams.append(f)
     out: list[T] = []
     for fam in fams:
@@ -66,7 +67,7 @@ def widest(things: Iterable[T], problem: ConvProblem, spec_of: Callable[[T], Ker
 def selectable(specs: Iterable[KernelSpec], problem: ConvProblem) -> list[KernelSpec]:
     """The main-kernel specs among ``specs`` that selection could choose for ``problem``: those
     that admit it, narrowed by ``widest``."""
-    return widest((s for s in specs if s.family != "stage2" and admits(s, problem)), problem)
+    return widest((s for s in specs if s.family not in HELPER_FAMILIES and admits(s, problem)), problem)
 
 
 __all__ = ["admits", "width_key", "widest", "selectable", "MAIN_FAMILY_ORDER"]

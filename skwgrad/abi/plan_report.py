@@ -123,9 +123,14 @@ def format_report(r: dict) -> str:
         for alt in sel.get("alternatives", [])[1:]:
             how = f"pool {alt['pool']}" if alt["family"] == "wgrad_sk" else f"ks_count {alt['ks_count']}"
             pred = f"{alt['predicted_us']:.1f} us" if alt.get("predicted_us") is not None else "not modelled"
-            out.append(f"  next    {alt['label']} {how}: {pred}")
+            out.append(f"  next    {alt['label']} {how}{' padded ' + alt['padded'] if alt.get('padded') else ''}: {pred}")
         if sel.get("rejected"):
             out.append(f"  rejected {len(sel['rejected'])}: " + "; ".join(sel["rejected"][:3]) + ("; ..." if len(sel["rejected"]) > 3 else ""))
+    pad = r.get("padding")
+    if pad:
+        copies = ", ".join(f"{c['operand']} ({c['rows']} rows {c['width']}->{c['dst_pitch']}, {c['grid']} CTAs)" for c in pad["copies"])
+        out.append(f"padding   {pad['what']}: the kernel runs {pad['padded_problem']}; copies {copies}; "
+                   f"{pad['staging_bytes']} bytes of staging in scratch; {pad['predicted_us']:.1f} us predicted")
     g = r["gemm"]
     out.append(f"gemm      G={g['groups']} M={g['M']} N={g['N']} K={g['K']}  (output {g['output']}, {g['gflop']} GFLOP)")
     t = r["tiling"]

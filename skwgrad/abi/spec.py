@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
-from skwgrad.abi.kernargs import FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, declaration
+from skwgrad.abi.kernargs import FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, declaration
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
@@ -25,9 +25,9 @@ STAGE2_UNROLL = 8
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv"
-    variant: str  # wgrad: direct|atomic|two_stage; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce
-    dtype: str  # input dtype (x, dy); for stage2 unused and equal to dw_dtype
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad"
+    variant: str  # wgrad: direct|atomic|two_stage; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows
+    dtype: str  # input dtype (x, dy); for stage2 and pad the element dtype, equal to dw_dtype
     dw_dtype: str
     spatial_dims: int = 2
     pointwise: bool = False  # 1x1, stride 1, no padding: x is addressed as a plain matrix
@@ -40,7 +40,7 @@ class KernelSpec:
     num_stages: int = 2
     mode: str = ""  # wgrad_sk only: dp_sk | persistent
     precision: str = ""  # fp32 input only: ieee | tf32
-    block: int = 0  # stage2 only: elements per CTA
+    block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile
 
     def __post_init__(self):
         self.validate()
@@ -51,11 +51,11 @@ class KernelSpec:
         declaration(self.family, self.variant)  # family/variant known
         if self.dtype not in DTYPES or self.dw_dtype not in DTYPES:
             raise bad(f"dtypes must be among {', '.join(DTYPES)}")
-        if self.family == "stage2":
+        if self.family in HELPER_FAMILIES:
             if self.dtype != self.dw_dtype:
-                raise bad("stage2 has one dtype: the dW dtype")
+                raise bad(f"{self.family} has one dtype: the element dtype")
             if self.block <= 0 or self.block & (self.block - 1):
-                raise bad("stage2 block must be a power of two")
+                raise bad(f"{self.family} block must be a power of two")
             if self.num_warps not in (1, 2, 4, 8, 16):
                 raise bad("num_warps is 1, 2, 4, 8 or 16")
             # The label names only dtype, block and num_warps: anything else would change the key
@@ -66,7 +66,7 @@ class KernelSpec:
                 and getattr(self, f.name) != f.default
             ]  # fmt: skip
             if extra:
-                raise bad(f"stage2 takes only a dtype, block and num_warps; {', '.join(extra)} must keep the default")
+                raise bad(f"{self.family} takes only a dtype, block and num_warps; {', '.join(extra)} must keep the default")
             return
         if self.family == "dwconv":
             return self._validate_dwconv(bad)
@@ -108,8 +108,8 @@ class KernelSpec:
 
     # -- identity ---------------------------------------------------------------------------
     def label_unchecked(self) -> str:
-        if self.family == "stage2":
-            return f"stage2_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
+        if self.family in HELPER_FAMILIES:
+            return f"{self.family}_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
         if self.family == "dwconv":
             return self._label_dwconv()
         dt = self.dtype + (self.precision if self.precision else "")
@@ -168,6 +168,8 @@ class KernelSpec:
             if p.dw_dtype != self.dw_dtype:
                 raise AbiError(f"{self.label} reduces into {self.dw_dtype}; the problem's dW is {p.dw_dtype}")
             return
+        if self.family == "pad":
+            raise AbiError(f"{self.label} copies channel-padded buffers (skwgrad.abi.padding); it runs no problem itself")
         if self.family == "dwconv":
             return self._check_problem_dwconv(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):

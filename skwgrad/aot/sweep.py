@@ -100,11 +100,12 @@ from dataclasses import dataclass
 
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
-from skwgrad.abi.kernargs import SK_REDUCTIONS
+from skwgrad.abi.kernargs import HELPER_FAMILIES, SK_REDUCTIONS
 from skwgrad.abi.launch import dwconv_window, stage2_spec
+from skwgrad.abi.padding import channel_padding, pad_spec
 from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
-from skwgrad.errors import SkwgradError
+from skwgrad.errors import ProblemError, SkwgradError
 
 PRESETS = ("smoke", "default", "broad", "full")
 STREAMK_CHOICES = ("off", *MODES, "all")
@@ -568,6 +569,7 @@ def sweep(
                 specs += enumerate_fn(ctx)
         for dw in sorted({s.dw_dtype for s in specs if _needs_stage2(s)}):
             specs.append(stage2_spec(dw))
+        specs += _pad_specs(specs)
         items.update(SweepItem(arch, s) for s in specs)
     return sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
 
@@ -622,12 +624,13 @@ def sweep_for_problems(
     arches = resolve_arches(arches)
     by_arch: dict[str, dict] = {a: {} for a in arches}
     for it in base:
-        if it.spec.family != "stage2":
+        if it.spec.family not in HELPER_FAMILIES:
             by_arch[it.arch].setdefault(_admission_key(it.spec), []).append(it.spec)
     items: set[SweepItem] = set()
     per_problem, unserved = {}, []
     for arch in arches:
         chosen: set[KernelSpec] = set()
+        padded_dtypes: set = set()
         for i, (name, p) in enumerate(named):
             group = by_arch[arch].get((p.dtype, p.dw_dtype, p.spatial_dims), [])
             keep = selectable(group, p)
@@ -635,11 +638,33 @@ def sweep_for_problems(
             if not keep:
                 unserved.append((name, arch))
             chosen.update(keep)
+            padding = _padding_or_none(p)
+            if padding is not None:  # and the vector kernels of its channel-padded problem, with the copies
+                more = selectable(group, padding.padded)
+                if more:
+                    chosen.update(more)
+                    padded_dtypes.update((p.dtype, p.dw_dtype))
         for dw in sorted({s.dw_dtype for s in chosen if _needs_stage2(s)}):
             chosen.add(stage2_spec(dw))
+        chosen.update(pad_spec(d) for d in padded_dtypes)
         items.update(SweepItem(arch, s) for s in chosen)
     out = sorted(items, key=lambda it: (list(ARCHES).index(it.arch), it.spec))
     return ProblemSweep(out, named, per_problem, unserved)
+
+
+def _pad_specs(specs) -> list[KernelSpec]:
+    """The channel-padding copy for each element dtype a padded launch of ``specs`` moves: the
+    input dtype and the dW dtype of every dense kernel at the widest vectors (``skwgrad.abi.padding``:
+    the route that runs unaligned channel counts on them)."""
+    dense = [s for s in specs if s.family in ("wgrad", "wgrad_sk") and s.vec_c == s.vec_k == widest_vec(s.dtype)]
+    return [pad_spec(d) for d in sorted({d for s in dense for d in (s.dtype, s.dw_dtype)})]
+
+
+def _padding_or_none(p):
+    try:
+        return channel_padding(p)
+    except ProblemError:  # a padded buffer past 32-bit offsets: the problem runs unpadded only
+        return None
 
 
 def counts(items) -> Counter:
@@ -649,7 +674,7 @@ def counts(items) -> Counter:
 
 def format_counts(items, title: str = "") -> str:
     c = counts(items)
-    families = (*FAMILY_ENUMERATORS, *sorted({f for _, _, f in c} - set(FAMILY_ENUMERATORS) - {"stage2"}), "stage2")
+    families = (*FAMILY_ENUMERATORS, *sorted({f for _, _, f in c} - set(FAMILY_ENUMERATORS) - set(HELPER_FAMILIES)), *HELPER_FAMILIES)
     rows = [("arch", "dtype", *families, "total")]
     for arch, dtype in sorted({(a, d) for a, d, _ in c}, key=lambda ad: (list(ARCHES).index(ad[0]), ad[1])):
         n = [c[(arch, dtype, f)] for f in families]

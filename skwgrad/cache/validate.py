@@ -306,13 +306,19 @@ TUNED_COLUMNS = ("arch", "cus", "problem_key", "compiler", "source_hash", "choic
 
 
 def check_choice(choice, what: str) -> dict:
-    """A tuned choice as ``select`` reads it: ``key`` (and optional ``stage2_key``) of an entry,
+    """A tuned choice as ``select`` reads it: ``key`` (and optional ``stage2_key``, ``pad_keys``) of entries,
     ``pool`` and ``ks_count`` integers; other fields are descriptive (scalars or short lists)."""
     if not isinstance(choice, dict):
         raise _bad(what, "choice is not an object")
     want_sha(choice.get("key"), what + " choice key")
     if choice.get("stage2_key") is not None:
         want_sha(choice["stage2_key"], what + " choice stage2_key")
+    if choice.get("pad_keys") is not None:
+        keys = choice["pad_keys"]
+        if not isinstance(keys, list) or not 1 <= len(keys) <= 3:
+            raise _bad(what, "choice pad_keys is not a list of one to three keys")
+        for k in keys:
+            want_sha(k, what + " choice pad_keys")
     want_int(choice.get("pool", 0), what, "choice pool", -1, 1 << 20)
     want_int(choice.get("ks_count", 1), what, "choice ks_count", 1, 1 << 20)
     for k, v in choice.items():

@@ -22,6 +22,7 @@ from skwgrad.abi.plan_report import check_options, launch_report
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
+from skwgrad.abi.costmodel import padding_us
 from skwgrad.launcher import select as S
 from skwgrad.launcher.options import LaunchOptions
 
@@ -47,10 +48,22 @@ def plan(problem_text, *, arch: str, cache, tile=None, streamk="auto", reduction
         "streamk": streamk, "reduction": reduction, "reason": choice.reason,
         "predicted_us": choice.predicted_us, "occupancy": choice.occupancy or None,
         "alternatives": [{"label": c.kernel.label, "family": c.spec.family, "pool": c.pool, "ks_count": c.ks_count,
-                          "predicted_us": c.predicted_us} for c in alternatives],
+                          "predicted_us": c.predicted_us,
+                          **({"padded": c.padding.describe()} if c.padding is not None else {})} for c in alternatives],
         "rejected": rejected,
     }  # fmt: skip
-    return launch_report(problem, arch=arch, spec=choice.spec, pool=choice.pool, ks_count=choice.ks_count, selection=selection)
+    if choice.padding is None:
+        return launch_report(problem, arch=arch, spec=choice.spec, pool=choice.pool, ks_count=choice.ks_count, selection=selection)
+    pad = choice.padding  # the kernel runs the padded problem; the copies and their staging come first
+    r = launch_report(pad.padded, arch=arch, spec=choice.spec, pool=choice.pool, ks_count=choice.ks_count, selection=selection)
+    r["problem"] = problem.describe()
+    r["padding"] = {
+        "padded_problem": pad.padded.describe(), "what": pad.describe(), "staging_bytes": pad.staging_bytes,
+        "offsets": dict(pad.offsets), "predicted_us": padding_us(pad, arch), "pad_kernels": [k.label for k in choice.pad_kernels],
+        "copies": [{"operand": c.operand, "dtype": c.dtype, "grid": c.grid, **c.scalars()} for c in pad.copies],
+    }  # fmt: skip
+    r["workspace"]["scratch_bytes"] = -(-r["workspace"]["scratch_bytes"] // 256) * 256 + pad.staging_bytes
+    return r
 
 
 def every_kernel(problem: ConvProblem, arch: str, tiles=None) -> list[KernelSpec]:

@@ -157,6 +157,7 @@ class Plan:
             groups_per_tile=spec.block if spec.family == "grouped" else 0,
         )  # fmt: skip
         self.problem = problem
+        self.kernel_problem = problem  # what the kernel runs (a PaddedPlan's padded problem)
         self.kernel = kernel
         self.backend = backend
         self.geometry: LaunchGeometry = geo
@@ -347,30 +348,34 @@ class Plan:
     def launch(self, dy: int, x: int, dw: int, stream: int = 0) -> None:
         """Launch on device pointers (``int``) of packed dy, x and dW, on ``stream`` (an ``int``).
         Safe to call from several threads and while ``stream`` is being captured."""
-        be = self.backend
         with self._lock:
-            be.activate()
+            self.backend.activate()
             z = s = 0
             keep = None
             if self._needs_ws:
                 z, s, keep = self._workspace(stream)
-            last = self._last
-            if last is None or last[0] != dy or last[1] != x or last[2] != dw or last[3] != z or last[4] != s:
-                self._patch(dy, x, dw, z, s)
-            if self._zero_dw:
-                be.memset(dw, 0, self._dw_nbytes, stream)
-            be.launch(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
-            if self._fn2 is not None:
-                arg, off = self._replicas_arg
-                rep = (z if self.layout.region("replicas").arena == "zeroed" else s) + off
-                l2 = self._last2
-                if l2 is None or l2[0] != rep or l2[1] != dw:
-                    self._packer2.pack_into(self._buf2.data, "ws_ptr", rep)
-                    self._packer2.pack_into(self._buf2.data, "dw", dw)
-                    self._last2 = (rep, dw)
-                be.launch(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
+            self._enqueue(dy, x, dw, z, s, stream)
             self.launches += 1
             del keep  # graph-private workspace: its memory now belongs to the captured work
+
+    def _enqueue(self, dy: int, x: int, dw: int, z: int, s: int, stream: int) -> None:
+        """The launch's work on ``stream``, with the zeroed / scratch arena bases ``z`` / ``s``."""
+        be = self.backend
+        last = self._last
+        if last is None or last[0] != dy or last[1] != x or last[2] != dw or last[3] != z or last[4] != s:
+            self._patch(dy, x, dw, z, s)
+        if self._zero_dw:
+            be.memset(dw, 0, self._dw_nbytes, stream)
+        be.launch(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
+        if self._fn2 is not None:
+            arg, off = self._replicas_arg
+            rep = (z if self.layout.region("replicas").arena == "zeroed" else s) + off
+            l2 = self._last2
+            if l2 is None or l2[0] != rep or l2[1] != dw:
+                self._packer2.pack_into(self._buf2.data, "ws_ptr", rep)
+                self._packer2.pack_into(self._buf2.data, "dw", dw)
+                self._last2 = (rep, dw)
+            be.launch(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
 
     def poison(self, *, dw: int | None = None, byte: int = 0xFF, stream: int = 0) -> None:
         """Fill dW (if given) and this plan's scratch workspace with ``byte`` (0xFF: NaN in every
@@ -380,7 +385,7 @@ class Plan:
         be = self.backend
         be.activate()
         if dw is not None:
-            be.memset(dw, byte, self._dw_nbytes, stream)
+            be.memset(dw, byte, self.dw_nbytes, stream)
         if self._needs_ws:
             _, s, _ = self._workspace(stream)
             if self._scratch_bytes:
@@ -436,6 +441,87 @@ class Plan:
                 be.event_destroy(a)
                 be.event_destroy(b)
         return {"median_us": times[len(times) // 2], "min_us": times[0], "host_us": host / iters * 1e6, "iters": iters}
+
+
+class PaddedPlan(Plan):
+    """A plan that runs the vector kernels on a problem whose channel counts they cannot load,
+    through channel padding (``skwgrad.abi.padding``): each launch copies x and/or dy into
+    channel-padded staging buffers (the ``pad`` kernel writes the zeros too), runs the main kernel
+    (and Stage-2) on the padded problem into a padded dW, and copies dW back out. The staging
+    buffers lie in the scratch arena after the main kernel's own scratch, so warm arenas, graph
+    capture and graph-private workspace work as for any plan.
+
+    ``problem`` is the caller's (what arrays are read and checked against);
+    ``padding.padded`` is what the kernel runs (``kernel_problem``)."""
+
+    def __init__(self, problem: ConvProblem, kernel: Kernel, backend, *, padding, pad_kernels: dict, **kw):
+        if padding.problem != problem:
+            raise ProblemError(f"the padding describes {padding.problem.describe()}, not {problem.describe()}")
+        super().__init__(padding.padded, kernel, backend, **kw)
+        self.kernel_problem = padding.padded
+        self.problem = problem
+        self.padding = padding
+        self.pad_kernels = dict(pad_kernels)
+        decl = declaration("pad", "rows")
+        self._copies = []  # per copy: [copy, fn, threads, packer, kernarg buffer, last (src, dst)]
+        for copy in padding.copies:
+            k = self.pad_kernels.get(copy.dtype)
+            if k is None:
+                raise CacheError(
+                    f"channel padding of {problem.describe()} needs the {copy.dtype} pad kernel and none was given; "
+                    f"build it with `skwgrad compile-all --arch {backend.arch} --dtype {problem.dtype}`"
+                )
+            if k.spec.family != "pad" or k.spec.dtype != copy.dtype:
+                raise ProblemError(f"{k.label} is not the {copy.dtype} pad kernel")
+            if k.arch != backend.arch:
+                raise ProblemError(f"pad kernel {k.label} was built for {k.arch}, the device is {backend.arch}")
+            check_metadata(k, backend.binary_kind)
+            md = k.metadata
+            threads, shared = int(md["threads"]), int(md["shared"])
+            fn = backend.load(k.key, k.loader, md["name"], threads, shared)
+            tail = int(md["kernarg"].get("tail_pointers", 0))
+            backend.check_params(fn, [(s.offset, s.arg.size) for s in decl.layout(tail)[0]])
+            packer = Packer(decl, tail)
+            buf = backend.kernarg_buffer(packer.pack({"src": _DUMMY_PTR, "dst": _DUMMY_PTR, **copy.scalars()}))
+            self._copies.append([copy, fn, threads, shared, packer, buf, None])
+        self._stage_off = -(-(self._scratch_bytes if self._needs_ws else 0) // 256) * 256
+        self._scratch_bytes = self._stage_off + padding.staging_bytes
+        self._needs_ws = True
+        self._user_dw_nbytes = problem.dw_numel * DTYPE_BYTES[problem.dw_dtype]
+
+    @property
+    def dw_nbytes(self) -> int:
+        return self._user_dw_nbytes
+
+    def _copy(self, i: int, src: int, dst: int, stream: int) -> None:
+        c = self._copies[i]
+        if c[6] != (src, dst):
+            c[4].pack_into(c[5].data, "src", src)
+            c[4].pack_into(c[5].data, "dst", dst)
+            c[6] = (src, dst)
+        self.backend.launch(c[1], c[0].grid, c[2], c[3], c[5], stream)
+
+    def _enqueue(self, dy: int, x: int, dw: int, z: int, s: int, stream: int) -> None:
+        st = s + self._stage_off
+        staged = {op: st + off for op, off in self.padding.offsets.items()}
+        user = {"x": x, "dy": dy}
+        n = len(self._copies) - 1
+        for i in range(n):
+            op = self._copies[i][0].operand
+            self._copy(i, user[op], staged[op], stream)
+        super()._enqueue(staged.get("dy", dy), staged.get("x", x), staged["dw"], z, s, stream)
+        self._copy(n, staged["dw"], dw, stream)
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["problem"] = self.problem.describe()
+        d["padded_problem"] = self.kernel_problem.describe()
+        d["padding"] = self.padding.describe()
+        d["pad_kernels"] = sorted({k.label for k in self.pad_kernels.values()})
+        return d
+
+    def __repr__(self):
+        return super().__repr__()[:-1] + f" padded {self.padding.describe()}>"
 
 
 def build_plan(

@@ -31,14 +31,15 @@ from dataclasses import dataclass
 from skwgrad.abi import narrow
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
-from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, offline_occupancy
+from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, offline_occupancy, padding_us
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
+from skwgrad.abi.padding import channel_padding, pad_spec
 from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, launch_geometry
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
-from skwgrad.launcher.plan import MAIN_FAMILIES, Kernel, Plan
+from skwgrad.launcher.plan import MAIN_FAMILIES, Kernel, PaddedPlan, Plan
 
 from skwgrad.abi.policy import (  # noqa: E402,F401  (the choices re-exported: one definition)
     AUTO_MODES, AUTO_SK_REDUCTIONS, REDUCTION_CHOICES, SK_MIN_ITERS, SK_ONLY, SK_POOL_CTAS_PER_CU, SPLITK_CTAS_PER_CU,
@@ -62,6 +63,8 @@ class Choice:
     predicted_us: float | None = None  # the cost model's prediction (dense families)
     terms: object = dataclasses.field(default=None, repr=False, compare=False)  # costmodel.Terms
     occupancy: int = 0  # CTAs per CU the prediction assumed (0: not ranked)
+    padding: object = None  # skwgrad.abi.padding.ChannelPadding: the kernel runs the channel-padded problem
+    pad_kernels: tuple = ()  # the pad kernels of a padded launch, one per element dtype it copies
 
     @property
     def spec(self):
@@ -76,6 +79,9 @@ class Choice:
         return self.spec.variant
 
     def plan(self, problem: ConvProblem, backend) -> Plan:
+        if self.padding is not None:
+            return PaddedPlan(problem, self.kernel, backend, padding=self.padding, pool=self.pool, ks_count=self.ks_count,
+                              stage2=self.stage2, pad_kernels={k.spec.dtype: k for k in self.pad_kernels})  # fmt: skip
         return Plan(problem, self.kernel, backend, pool=self.pool, ks_count=self.ks_count, stage2=self.stage2)
 
     def to_dict(self) -> dict:
@@ -88,6 +94,7 @@ class Choice:
             "pool": self.pool,
             "ks_count": self.ks_count,
             "stage2_key": self.stage2.key if self.stage2 else None,
+            **({"padded": self.padding.describe(), "pad_keys": [k.key for k in self.pad_kernels]} if self.padding is not None else {}),
             **({"predicted_us": round(self.predicted_us, 3), "occupancy": self.occupancy} if self.predicted_us is not None else {}),
         }
 
@@ -221,10 +228,11 @@ def _two_stage_cap(problem: ConvProblem) -> int:
     return (I32_MAX - 255) // (4 * problem.dw_numel)
 
 
-def _family_ks(problem: ConvProblem, s, cus: int) -> int:
-    """The split-K degree rule of the depthwise and packed-group families (``skwgrad.abi.launch``)."""
+def _family_ks(problem: ConvProblem, s, cus: int, resident: int | None = None) -> int:
+    """The split-K degree rule of the depthwise and packed-group families (``skwgrad.abi.launch``);
+    ``resident``: the kernel's co-resident CTAs per CU, which the depthwise window rule prices waves by."""
     if s.family == "dwconv":
-        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, mode=s.mode)
+        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, mode=s.mode, resident=resident)
     return grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
 
 
@@ -364,10 +372,64 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
     time (ties: label, then pool/ks_count, so the order is deterministic)."""
     o = options
     model = model or model_for(cache, arch, cus)
+    rejected: list[Rejected] = []
+    out = _search(problem, cache, arch=arch, cus=cus, o=o, occupancy=occupancy, exclude=exclude, model=model, rejected=rejected)
+    padding = _padding(problem)
+    if padding is not None:  # the vector kernels on the channel-padded problem, the copies priced on top
+        pads = pad_kernels(cache, arch, padding, exclude=exclude)
+        if pads is None:
+            rejected.append(Rejected("channel padding", f"no pad kernel ({', '.join(sorted({c.dtype for c in padding.copies}))}) cached"))
+        else:
+            extra = padding_us(padding, arch)
+            got = _search(padding.padded, cache, arch=arch, cus=cus, o=o, occupancy=occupancy, exclude=exclude, model=model,
+                          rejected=rejected, what="padded ")  # fmt: skip
+            out += [dataclasses.replace(c, padding=padding, pad_kernels=pads, predicted_us=c.predicted_us + extra) for c in got]
+    out.sort(key=lambda c: (c.predicted_us, c.kernel.label, c.pool, c.ks_count, c.padding is not None))
+    seen, ranked = set(), []
+    for c in out:  # one launch per (kernel, pool, ks_count, padded): two settings can resolve alike
+        key = (c.kernel.key, c.pool, c.ks_count, c.padding is not None)
+        if key not in seen:
+            seen.add(key)
+            ranked.append(c)
+    return Ranking(ranked, rejected, model)
+
+
+def _padding(problem: ConvProblem):
+    """The channel padding that would let the vector kernels run ``problem`` (None: not needed,
+    or a padded buffer would outgrow the kernels' 32-bit offsets)."""
+    try:
+        return channel_padding(problem)
+    except ProblemError:
+        return None
+
+
+def find_pad(cache, arch: str, dtype: str) -> Kernel | None:
+    for e in cache.find(arch, family="pad", dtype=dtype):
+        if e.spec is not None and e.spec == pad_spec(dtype):
+            return Kernel.from_entry(e, cache)
+    return None
+
+
+def pad_kernels(cache, arch: str, padding, *, exclude=frozenset()) -> tuple | None:
+    """The pad kernels a padded launch needs (one per element dtype it copies), or None when one
+    is not cached."""
+    out = []
+    for d in sorted({c.dtype for c in padding.copies}):
+        k = find_pad(cache, arch, d)
+        if k is None or k.key in exclude:
+            return None
+        out.append(k)
+    return tuple(out)
+
+
+def _search(problem: ConvProblem, cache, *, arch: str, cus: int, o: LaunchOptions, occupancy, exclude, model: CostModel,
+            rejected: list, what: str = "") -> list:  # fmt: skip
+    """Every launchable (kernel, pool or ks_count) of ``problem``, predicted (unsorted);
+    what cannot launch goes to ``rejected``, labels prefixed by ``what``."""
     stage2 = find_stage2(cache, arch, problem.dw_dtype)
     fams = _families(o, problem)
     tile = tuple(o.tile) if o.tile is not None else None
-    rejected: list[Rejected] = []
+    rejected_here: list[Rejected] = []
     kernels = []
     for fam in fams:
         ks = [k for k in candidates(cache, arch, problem, family=fam, tile=tile, exclude=exclude)]
@@ -377,24 +439,24 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
             ks = [k for k in ks if k.spec.variant == o.reduction]
         for k in ks:
             if not o.allows(k.spec.variant):
-                rejected.append(Rejected(k.label, f"{k.spec.variant} is not deterministic"))
+                rejected_here.append(Rejected(k.label, f"{k.spec.variant} is not deterministic"))
         kernels += widest([k for k in ks if o.allows(k.spec.variant)], problem)
-    kernels = _drop_narrow_packed_tiles(kernels, problem, arch, rejected)
+    kernels = _drop_narrow_packed_tiles(kernels, problem, arch, rejected_here)
     if "wgrad_sk" in fams and "wgrad" in fams and _narrower_streamk(cache, arch, problem, tile):
         # Scalar loads cost far more than stream-K saves (H200, C=100/K=60: vec-1 stream-K 339 us,
         # vec-4 split-K 27 us): auto never trades vector width for stream-K.
         for k in kernels:
             if k.spec.family == "wgrad_sk":
-                rejected.append(Rejected(k.label, "stream-K is cached only at narrower channel vectors than split-K"))
+                rejected_here.append(Rejected(k.label, "stream-K is cached only at narrower channel vectors than split-K"))
         kernels = [k for k in kernels if k.spec.family != "wgrad_sk"]
     out = []
     for k in kernels:
         s = k.spec
         if s.variant in ("two_stage", "workspace") and stage2 is None:
-            rejected.append(Rejected(k.label, f"no Stage-2 reduce ({problem.dw_dtype}) cached"))
+            rejected_here.append(Rejected(k.label, f"no Stage-2 reduce ({problem.dw_dtype}) cached"))
             continue
         if s.variant == "atomic" and problem.dw_dtype != "fp32":
-            rejected.append(Rejected(k.label, "atomic accumulates into dW, which must be fp32"))
+            rejected_here.append(Rejected(k.label, "atomic accumulates into dW, which must be fp32"))
             continue
         occ = _occ(occupancy, k, arch)
         if s.family == "wgrad_sk":
@@ -404,20 +466,20 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
         else:
             settings = [dict(ks_count=n) for n in _splitk_degrees(problem, k, cus, o)]
         if not settings:
-            rejected.append(Rejected(k.label, "no split-K degree or pool of the request fits it"))
+            rejected_here.append(Rejected(k.label, "no split-K degree or pool of the request fits it"))
         for st in settings:
             try:
                 geo = _geometry(problem, s, int(k.metadata["threads"]), **st)
             except ProblemError as e:
-                rejected.append(Rejected(k.label, f"{st}: {e}"))
+                rejected_here.append(Rejected(k.label, f"{st}: {e}"))
                 continue
             part = geo.partition
             if part is not None:
                 if s.variant in WAITING_REDUCTIONS and part.sk_ctas and part.pool > occ * cus:
-                    rejected.append(Rejected(k.label, f"pool {part.pool} exceeds the {occ * cus} co-resident CTAs a waiting reduction needs"))
+                    rejected_here.append(Rejected(k.label, f"pool {part.pool} exceeds the {occ * cus} co-resident CTAs a waiting reduction needs"))
                     continue
                 if part.sk_ctas == 0 and o.streamk_ctas == -1 and o.streamk not in MODES and o.reduction == "auto":
-                    rejected.append(Rejected(k.label, f"pool {part.pool}: the partition is all data-parallel (sk_ctas = 0)"))
+                    rejected_here.append(Rejected(k.label, f"pool {part.pool}: the partition is all data-parallel (sk_ctas = 0)"))
                     continue
             t = cost_terms(problem, s, geo, arch=arch, compute_units=cus, occupancy=occ,
                            stack_bytes=int(k.metadata.get("stack_bytes", 0)))  # fmt: skip
@@ -425,19 +487,13 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
             out.append(Choice(k, pool=st.get("pool", 0), ks_count=geo.ks_count if s.family != "wgrad_sk" else 1,
                               stage2=stage2 if geo.workspace.needs_stage2 else None, predicted_us=us,
                               terms=t, occupancy=occ))  # fmt: skip
-    out.sort(key=lambda c: (c.predicted_us, c.kernel.label, c.pool, c.ks_count))
-    seen, ranked = set(), []
-    for c in out:  # one launch per (kernel, pool, ks_count): two settings can resolve alike
-        key = (c.kernel.key, c.pool, c.ks_count)
-        if key not in seen:
-            seen.add(key)
-            ranked.append(c)
-    return Ranking(ranked, rejected, model)
+    rejected += [Rejected(what + r.label, r.why) for r in rejected_here]
+    return out
 
 
 def _describe(c: Choice) -> str:
     how = f"pool {c.pool}" if c.spec.family == "wgrad_sk" else f"ks_count {c.ks_count}"
-    return f"{c.kernel.label} {how}"
+    return f"{c.kernel.label} {how}" + (f" padded {c.padding.describe()}" if c.padding is not None else "")
 
 
 def _with_reason(c: Choice, ranking: Ranking) -> Choice:
@@ -460,17 +516,27 @@ def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice |
     try:
         entry = cache.get(got["key"])
         k = Kernel.from_entry(entry, cache)
-        if k.arch != arch or not _admits(k.spec, problem) or not options.allows(k.spec.variant):
+        padding, pads = None, ()
+        if got.get("pad_keys"):  # a padded launch: the padding follows from the problem, the copies' kernels are named
+            padding = channel_padding(problem)
+            pads = tuple(Kernel.from_entry(cache.get(key), cache) for key in got["pad_keys"])
+            if padding is None or sorted(p.spec.dtype for p in pads) != sorted({c.dtype for c in padding.copies}):
+                return None
+            if any(p.spec.family != "pad" or p.arch != arch for p in pads):
+                return None
+        run = padding.padded if padding is not None else problem
+        if k.arch != arch or not _admits(k.spec, run) or not options.allows(k.spec.variant):
             return None
         stage2 = None
         if got.get("stage2_key"):
             stage2 = Kernel.from_entry(cache.get(got["stage2_key"]), cache)
-        return Choice(k, pool=int(got.get("pool", 0)), ks_count=int(got.get("ks_count", 1)), stage2=stage2, reason="tuned")
+        return Choice(k, pool=int(got.get("pool", 0)), ks_count=int(got.get("ks_count", 1)), stage2=stage2, reason="tuned",
+                      padding=padding, pad_kernels=pads)  # fmt: skip
     except (KeyError, TypeError, ValueError, SkwgradError):
         return None  # stale or foreign record: fall back to the model
 
 
-def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
+def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
     kernels (the cost model does not cover these families). dwconv: a cached window kernel
@@ -498,7 +564,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     ks_all.sort(key=rank_key)
     lead = ks_all[0]
     same_config = [k for k in ks_all if rank_key(k)[:2] == rank_key(lead)[:2]]
-    n = _family_ks(problem, lead.spec, cus)
+    n = _family_ks(problem, lead.spec, cus, resident=_occ(occupancy, lead, arch))
     if o.reduction != "auto":
         prefs = (o.reduction,)
     elif n == 1:
@@ -560,7 +626,7 @@ def choose(
             return c
     stage2 = find_stage2(cache, arch, problem.dw_dtype)
     if o.streamk in ("auto", "off") and o.ks_count is None and o.tile is None:
-        c = _special_family_choice(problem, cache, arch, cus, o, stage2, exclude)
+        c = _special_family_choice(problem, cache, arch, cus, o, stage2, exclude, occupancy)
         if c is not None:
             return c
     ranking = rank_choices(problem, cache, arch=arch, cus=cus, options=o, occupancy=occupancy, exclude=exclude, model=model)
@@ -622,7 +688,7 @@ def all_choices(
     special = []
     if streamk in ("all", "auto", "off") and tile is None and streamk_ctas == -1:
         stage2 = find_stage2(cache, arch, problem.dw_dtype)
-        pick = _special_family_choice(problem, cache, arch, cus, LaunchOptions(), stage2, frozenset())
+        pick = _special_family_choice(problem, cache, arch, cus, LaunchOptions(), stage2, frozenset(), occupancy)
         for k in candidates(cache, arch, problem, family="dwconv"):
             s = k.spec
             if reductions and s.variant not in reductions:
@@ -710,6 +776,8 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
     for r in rows:
         if "us" not in r or r.get("family") not in MODELLED_FAMILIES or not r.get("occupancy"):
             continue  # (a row with no occupancy was not ranked by the model: nothing to fit)
+        if r.get("pad_keys"):
+            continue  # a padded launch: its copies are priced apart (costmodel.padding_us), not by the fitted terms
         entry = cache.get(r["key"])
         spec = entry.spec
         setting = dict(pool=int(r["pool"])) if spec.family == "wgrad_sk" else dict(ks_count=int(r["ks_count"]))
@@ -763,4 +831,5 @@ def calibrate(problems, backend, cache, *, warmup=3, iters=20, seed=0, remember=
 __all__ = [
     "Choice", "NoKernelError", "Ranking", "Rejected", "candidates", "widest", "find_stage2", "choose", "rank_choices",
     "all_choices", "tune", "calibrate", "samples_of", "model_for", "problem_key", "compile_all_command", "SK_MIN_ITERS",
+    "find_pad", "pad_kernels",
 ]  # fmt: skip

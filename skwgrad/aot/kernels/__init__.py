@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from skwgrad.abi.kernargs import declaration
 from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
-from skwgrad.aot.kernels import depthwise, grouped, stage2, wgrad
+from skwgrad.aot.kernels import depthwise, grouped, pad, stage2, wgrad
 
 
 # (family, variant) -> jit function; what each must take, in order, before its constexprs.
@@ -15,6 +15,7 @@ _KERNELS = {
     **{("wgrad_sk", v): wgrad.wgrad_streamk_fixup for v in ("linear", "tree")},
     **{("wgrad_sk", v): wgrad.wgrad_streamk for v in ("atomic", "workspace")},
     ("stage2", "reduce"): stage2.stage2_reduce,
+    ("pad", "rows"): pad.pad_rows,
     **{("dwconv", v): depthwise.dwconv_wgrad for v in ("direct", "atomic", "two_stage", "workspace")},
     **{("grouped", v): grouped.grouped_wgrad for v in ("direct", "atomic", "two_stage")},
 }
@@ -42,6 +43,8 @@ def kernel_for(spec, target):
     fn = _KERNELS[(spec.family, spec.variant)]
     if spec.family == "stage2":
         consts = stage2.constexprs(spec)
+    elif spec.family == "pad":
+        consts = pad.constexprs(spec)
     elif spec.family == "dwconv":
         consts = depthwise.constexprs(spec, target)
     elif spec.family == "grouped":

@@ -1,0 +1,150 @@
+"""Channel padding: run a problem whose channel counts the vector kernels cannot load on those
+kernels anyway, by copying x and dy into channel-padded buffers and dW back out.
+
+A kernel that loads ``v`` channels at a time needs ``C % v == 0`` (x, dW) and ``K % v == 0`` (dy):
+row starts are then 16-byte aligned. Channel counts with no such factor (C = 250, K = 1036) leave
+only the scalar-load kernels, which the H200 ran 2-6x slower than cuDNN (benchmarks/RESULTS.md,
+run G6). Padding C and K up to the widest vector (``W = 16 / element bytes``) with zeros changes
+no output element: the padded channels of x and dy are zero, so their dW rows and columns are
+zero and are dropped when dW is copied back.
+
+A padded launch is (1) ``pad`` x into ``[rows, C_pad]`` and dy into ``[rows, K_pad]`` (each only
+when its channel count is unaligned), (2) the main kernel (and Stage-2) on the padded problem with
+a padded dW, (3) ``pad`` the padded dW back into the caller's ``[G, K, taps, C]``. The copies are
+one small kernel (``family "pad"``: ``skwgrad.aot.kernels.pad``) that writes every element of its
+destination, zeros past ``width``, so the staging buffers need no memset and hold anything at rest
+(the scratch arena). This module is the one place that decides the padded problem, the copies'
+shapes and the staging layout; the launcher and the cost model read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
+from skwgrad.abi.kernargs import I32_MAX
+from skwgrad.errors import ProblemError
+
+ALIGN = 256  # staging buffers start 256-byte aligned (like every workspace region)
+PAD_BLOCK = 1024  # destination elements per CTA of the pad kernel
+PAD_WARPS = 4
+
+
+def vector_width(dtype: str) -> int:
+    """W: channels per 16-byte load of ``dtype``, what the padded channel counts are multiples of."""
+    return 16 // DTYPE_BYTES[dtype]
+
+
+def _roundup(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def pad_spec(dtype: str):
+    """The pad kernel for elements of ``dtype``: what the sweep builds and selection looks up."""
+    from skwgrad.abi.spec import KernelSpec  # spec imports nothing of this module
+
+    return KernelSpec("pad", "rows", dtype, dtype, block=PAD_BLOCK, num_warps=PAD_WARPS)
+
+
+@dataclass(frozen=True)
+class PadCopy:
+    """One launch of the pad kernel: ``dst[r, c] = src[row(r) * src_pitch + c] if c < width
+    else 0`` for ``r < rows``, ``c < dst_pitch``, where ``row(r) = (r // group_rows) *
+    src_group_rows + r % group_rows`` (dW of several groups: each group's K rows out of K_pad)."""
+
+    operand: str  # "x" | "dy" | "dw"
+    dtype: str
+    rows: int
+    width: int
+    src_pitch: int
+    dst_pitch: int
+    group_rows: int
+    src_group_rows: int
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.dst_pitch
+
+    @property
+    def grid(self) -> int:
+        return math.ceil(self.numel / PAD_BLOCK)
+
+    @property
+    def bytes_moved(self) -> int:
+        """Bytes read (``width`` of each row) plus bytes written (every destination element)."""
+        return (self.rows * self.width + self.numel) * DTYPE_BYTES[self.dtype]
+
+    def scalars(self) -> dict[str, int]:
+        return {"rows": self.rows, "width": self.width, "src_pitch": self.src_pitch, "dst_pitch": self.dst_pitch,
+                "group_rows": self.group_rows, "src_group_rows": self.src_group_rows}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ChannelPadding:
+    """How a problem runs padded: the padded problem, the copies in launch order (inputs before
+    the main kernel, dW after) and where each padded buffer lies in the staging region."""
+
+    problem: ConvProblem  # the caller's
+    padded: ConvProblem  # what the kernels run
+    before: tuple[PadCopy, ...]  # x and/or dy, into staging
+    after: PadCopy  # padded dW (staging) into the caller's dW
+    offsets: dict  # operand -> byte offset in the staging region ("x", "dy", "dw")
+    staging_bytes: int
+
+    @property
+    def copies(self) -> tuple[PadCopy, ...]:
+        return (*self.before, self.after)
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(c.bytes_moved for c in self.copies)
+
+    def describe(self) -> str:
+        p, q = self.problem, self.padded
+        return f"C {p.c}->{q.c}, K {p.k}->{q.k}"
+
+
+def channel_padding(problem: ConvProblem, width: int | None = None) -> ChannelPadding | None:
+    """The padding that lets the ``width``-channel vector kernels (default: 16-byte loads) run
+    ``problem``; None when its channels are already multiples of ``width`` or the problem is one
+    the depthwise / packed-group families run (at most 16 channels per group with groups), where
+    padding would multiply the work. Raises ProblemError when a padded buffer outgrows the 32-bit
+    element offsets of the kernels."""
+    w = width or vector_width(problem.dtype)
+    if problem.c % w == 0 and problem.k % w == 0:
+        return None
+    if problem.g > 1 and max(problem.c, problem.k) <= 16:
+        return None
+    cp, kp = _roundup(problem.c, w), _roundup(problem.k, w)
+    padded = dataclasses.replace(problem, c=cp, k=kp)
+    p = problem
+    sp_in = p.n * p.di * p.hi * p.wi * p.g
+    sp_out = p.n * p.do * p.ho * p.wo * p.g
+    taps = p.z * p.y * p.x
+    before = []
+    offsets, at = {}, 0
+    if cp != p.c:
+        before.append(PadCopy("x", p.dtype, sp_in, p.c, p.c, cp, sp_in, sp_in))
+        offsets["x"] = at
+        at = _roundup(at + sp_in * cp * DTYPE_BYTES[p.dtype], ALIGN)
+    if kp != p.k:
+        before.append(PadCopy("dy", p.dtype, sp_out, p.k, p.k, kp, sp_out, sp_out))
+        offsets["dy"] = at
+        at = _roundup(at + sp_out * kp * DTYPE_BYTES[p.dtype], ALIGN)
+    offsets["dw"] = at
+    at = _roundup(at + padded.dw_numel * DTYPE_BYTES[p.dw_dtype], ALIGN)
+    # dW [G, K_pad, taps, C_pad] -> [G, K, taps, C]: per group K * taps rows out of K_pad * taps
+    after = PadCopy("dw", p.dw_dtype, p.g * p.k * taps, p.c, cp, p.c, p.k * taps, kp * taps)
+    for c in (*before, after):
+        src_rows = c.rows if c.operand != "dw" else p.g * kp * taps
+        if max(c.numel, src_rows * c.src_pitch) > I32_MAX:
+            raise ProblemError(
+                f"padding {c.operand} of {problem.describe()} to {c.dst_pitch if c.operand != 'dw' else c.src_pitch} "
+                f"channels makes a buffer of more than {I32_MAX} elements (32-bit offsets): split the batch"
+            )
+    return ChannelPadding(problem, padded, tuple(before), after, offsets, at)
+
+
+__all__ = ["ChannelPadding", "PadCopy", "channel_padding", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_WARPS"]
