@@ -52,7 +52,8 @@ def random_problem(rng: random.Random) -> ConvProblem:
 
 def launcher_view(preset: str, arch: str, problems, **filters) -> set:
     """What the launcher would consider for each problem with the whole preset cached: the main
-    kernels ``select.widest(select.candidates(...))`` keeps, and the Stage-2 of every dW dtype a
+    kernels ``select.widest(select.candidates(...))`` keeps, for the problem and for its
+    channel-padded problem with the pad kernels (when cached), and the Stage-2 of every dW dtype a
     two_stage/workspace one among them writes."""
     cache = F.FakeCache()
     for it in sweep(preset, arches=[arch], **filters):
@@ -61,6 +62,11 @@ def launcher_view(preset: str, arch: str, problems, **filters) -> set:
     for p in problems:
         kept = select.widest(select.candidates(cache, arch, p), p)
         out |= {k.spec for k in kept}
+        padding = select._padding(p)  # and the channel-padded route, as rank_choices takes it
+        if padding is not None and select.pad_kernels(cache, arch, padding) is not None:
+            padded = select.widest(select.candidates(cache, arch, padding.padded), padding.padded)
+            if padded:
+                out |= {k.spec for k in padded} | {k.spec for k in select.pad_kernels(cache, arch, padding)}
     out |= {stage2_spec(s.dw_dtype) for s in out if s.variant in ("two_stage", "workspace")}
     return out
 

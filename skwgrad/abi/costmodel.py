@@ -433,20 +433,21 @@ _DEFAULT_PRIOR = (
 
 
 # -- channel padding (``skwgrad.abi.padding``) ------------------------------------------------------
-# A padded launch adds its copies to the main kernel's predicted time: bytes moved at the copy's
-# bandwidth plus a fixed cost per copy launched. Not terms of the fitted model (its timings ran no
-# copies): the H200's two constants are the least-squares fit of the copies' measured cost (padded
-# launch minus the same kernel on the padded problem) over 15 layers, run H1 (benchmarks/RESULTS.md,
-# ninth session): 1.75 TB/s and 2.05 us per copy. The AMD parts' bandwidths are the H200's scaled by
-# their peak memory bandwidth (5.3 and 8 TB/s against 4.8): not measured.
-PAD_BYTES_PER_US = {"sm_90": 1.75e6, "gfx942": 1.9e6, "gfx950": 2.9e6}
-PAD_LAUNCH_US = 2.05
+# A padded launch adds its copies to the main kernel's predicted time: a price per element moved
+# (read or written) plus a fixed cost per copy launched. Not terms of the fitted model (its timings
+# ran no copies). The pad kernel is issue-bound (an index division and a scalar load per element),
+# so its time follows elements, not bytes: over the 15 layers of H200 run H1 (copies' cost = padded
+# launch minus the same kernel on the padded problem; benchmarks/RESULTS.md, ninth session) the
+# least-squares fit by elements has 6.4% rms error against 9.3% by bytes: 0.84 elements per ps
+# (1.19 us per million) and 2.15 us per copy. AMD: the same prior, not measured.
+PAD_ELEMENTS_PER_US = {"sm_90": 8.4e5}
+PAD_LAUNCH_US = 2.15
 
 
 def padding_us(padding, arch: str) -> float:
     """Predicted device time of a ``ChannelPadding``'s copies (all of them, in and out)."""
-    bw = PAD_BYTES_PER_US.get(arch, PAD_BYTES_PER_US["sm_90"])
-    return sum(c.bytes_moved / bw + PAD_LAUNCH_US for c in padding.copies)
+    rate = PAD_ELEMENTS_PER_US.get(arch, PAD_ELEMENTS_PER_US["sm_90"])
+    return sum(c.elements_moved / rate + PAD_LAUNCH_US for c in padding.copies)
 
 
 # -- co-residency without a device -----------------------------------------------------------------

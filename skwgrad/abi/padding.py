@@ -72,9 +72,13 @@ class PadCopy:
         return math.ceil(self.numel / PAD_BLOCK)
 
     @property
+    def elements_moved(self) -> int:
+        """Elements read (``width`` of each row) plus elements written (every destination element)."""
+        return self.rows * self.width + self.numel
+
+    @property
     def bytes_moved(self) -> int:
-        """Bytes read (``width`` of each row) plus bytes written (every destination element)."""
-        return (self.rows * self.width + self.numel) * DTYPE_BYTES[self.dtype]
+        return self.elements_moved * DTYPE_BYTES[self.dtype]
 
     def scalars(self) -> dict[str, int]:
         return {"rows": self.rows, "width": self.width, "src_pitch": self.src_pitch, "dst_pitch": self.dst_pitch,
