@@ -33,6 +33,7 @@ import pytest
 
 from skwgrad.abi.conv import ConvProblem, parse_problem
 from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.abi.padding import channel_padding, pad_spec
 from skwgrad.abi.streamk import partition
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import CacheError
@@ -77,6 +78,7 @@ def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
     out += [_k("wgrad", "direct", "fp16"), _k("wgrad_sk", "tree", "fp16", mode="persistent")]
     out += [_k("wgrad", "direct", "fp32", precision=pr) for pr in ("ieee", "tf32")]
     out += [KernelSpec("stage2", "reduce", d, d, block=STAGE2_BLOCK, num_warps=4) for d in ("bf16", "fp32", "fp16")]
+    out += [pad_spec(d) for d in ("bf16", "fp32")]  # the channel-padding copies (unaligned channel counts)
     return out
 
 
@@ -539,6 +541,57 @@ def test_run_from_cache_rows_with_cudnn_baseline(backend, kset):
     assert ok and len(rows) >= 10
     assert all(r["ok"] and r["us"] > 0 and r["tflops"] > 0 for r in rows)
     assert all(r.get("cudnn_us", 0) > 0 and r["ratio"] > 0 for r in rows), [r.get("cudnn_note") for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Channel padding
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["n=2,c=30,k=20,h=12,w=11,y=3,x=3,padding=1", "n=3,c=12,k=50,h=9,w=9,y=3,x=3,stride=2,padding=1",
+                                  "n=2,c=70,k=18,h=8,w=8,y=1,x=1"])
+def test_unaligned_channels_run_padded_eager_and_in_a_cuda_graph(backend, kset, text):
+    """The padded route (pad x/dy, the 8-wide kernel on the padded problem, pad dW back) on torch
+    tensors: against PyTorch's float64 weight gradient, dW poisoned, then captured into a CUDA
+    graph and replayed on fresh inputs copied into the captured tensors."""
+    import torch
+
+    from skwgrad.launcher.options import LaunchOptions
+    from skwgrad.launcher.plan import PaddedPlan
+    from skwgrad.launcher.select import backend_occupancy, rank_choices
+    from skwgrad.reference import relative_error, tolerance
+
+    p, x, dy = _torch_case(text, seed=11)
+    assert channel_padding(p) is not None
+    r = rank_choices(p, kset, arch=backend.arch, cus=backend.compute_units, options=LaunchOptions(), occupancy=backend_occupancy(backend))
+    padded = [c for c in r.choices if c.padding is not None]
+    assert padded, [str(x) for x in r.rejected][:5]
+    for c in padded[:3]:  # the three best-ranked padded launches
+        plan = c.plan(p, backend)
+        assert isinstance(plan, PaddedPlan)
+        out = torch.full((p.g * p.k, p.c, p.y, p.x), float("nan"), device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+        plan.poison(byte=0xFF, stream=torch.cuda.current_stream().cuda_stream)
+        plan(x, dy, out=out)
+        torch.cuda.synchronize()
+        err = relative_error(out.double().cpu().numpy(), _torch_ref(p, x, dy).numpy())
+        assert err <= tolerance("bf16", "bf16"), (c.kernel.label, err)
+        assert plan.zeroed_bytes_nonzero() == 0
+    plan = padded[0].plan(p, backend)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan(x, dy, out=out)  # warm-up on the capturing stream
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(x, dy, out=out)
+    _, x2, dy2 = _torch_case(text, seed=12)
+    x.copy_(x2)
+    dy.copy_(dy2)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    err = relative_error(out.double().cpu().numpy(), _torch_ref(p, x2, dy2).numpy())
+    assert err <= tolerance("bf16", "bf16"), err
 
 
 # ---------------------------------------------------------------------------------------------
