@@ -500,6 +500,8 @@ def _with_reason(c: Choice, ranking: Ranking) -> Choice:
     m = ranking.model
     top = ", ".join(f"{n} {v:.1f}" for n, v in list(m.explain(c.terms).items())[:3])
     reason = f"model ({m.source}): {c.predicted_us:.1f} us predicted [{top}]"
+    if c.padding is not None:
+        reason += f"; padded {c.padding.describe()}, the copies {padding_us(c.padding, c.kernel.arch):.1f} us of it"
     if len(ranking.choices) > 1:
         r = ranking.choices[1]
         reason += f"; runner-up {_describe(r)} {r.predicted_us:.1f} us"
