@@ -11,8 +11,10 @@ channel alignment), narrowed to the widest channel vectors (``vec_c``, ``vec_k``
 (kernel, launch setting) the request allows: split-K at ``direct`` (one split) and the reducing
 epilogues at split degrees for 1..8 CTAs per CU over the tiles, stream-K at pools of 1..4 CTAs
 per CU (waiting reductions only up to what is co-resident; partitions with no stream-K work
-dropped), and ranks them by the cost model's predicted time (``skwgrad.abi.costmodel``: the
-constants calibrated into the cache for the device, else the arch's built-in ones). What could
+dropped), plus, for channel counts the vector kernels cannot load, the vector kernels on the
+channel-padded problem (``skwgrad.abi.padding``: the copies priced on top), and ranks them by the
+cost model's predicted time (``skwgrad.abi.costmodel``: the constants calibrated into the cache for
+the device, else the arch's built-in ones). What could
 not launch is kept as structured ``Rejected`` reasons, which the missing-kernel errors and
 ``skwgrad plan`` print. The SPEC's section-8 rule (stream-K for few tiles over a long reduction,
 the ``ks_count`` formula, four workspace CTAs per CU) was the starting point; the H200 timings
@@ -369,7 +371,9 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
                  exclude=frozenset(), model: CostModel | None = None) -> Ranking:  # fmt: skip
     """The search: every (kernel, pool or ks_count) of the dense families that ``options`` allow,
     at the widest cached channel vectors, that can launch, ranked by the cost model's predicted
-    time (ties: label, then pool/ks_count, so the order is deterministic)."""
+    time (ties: label, then pool/ks_count, so the order is deterministic). A problem whose channel
+    counts the 16-byte vector kernels cannot load also gets those kernels on its channel-padded
+    problem (``skwgrad.abi.padding``), predicted as the kernel plus the copies (``padding_us``)."""
     o = options
     model = model or model_for(cache, arch, cus)
     rejected: list[Rejected] = []
