@@ -18,6 +18,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import test_launcher_fakes as F  # noqa: E402
 
+from skwgrad.abi.padding import padding_if_possible  # noqa: E402
 from skwgrad.abi.conv import ConvProblem, read_corpus  # noqa: E402
 from skwgrad.abi.narrow import selectable, widest  # noqa: E402
 from skwgrad.aot.sweep import counts, stage2_spec, sweep, sweep_for_problems  # noqa: E402
@@ -62,7 +63,7 @@ def launcher_view(preset: str, arch: str, problems, **filters) -> set:
     for p in problems:
         kept = select.widest(select.candidates(cache, arch, p), p)
         out |= {k.spec for k in kept}
-        padding = select._padding(p)  # and the channel-padded route, as rank_choices takes it
+        padding = padding_if_possible(p)  # and the channel-padded route, as rank_choices takes it
         if padding is not None and select.pad_kernels(cache, arch, padding) is not None:
             padded = select.widest(select.candidates(cache, arch, padding.padded), padding.padded)
             if padded:

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import I32_MAX
+from skwgrad.abi.workspace import ALIGN, _roundup
 from skwgrad.errors import ProblemError
 
-ALIGN = 256  # staging buffers start 256-byte aligned (like every workspace region)
 PAD_BLOCK = 1024  # destination elements per CTA of the pad kernel
 PAD_WARPS = 4
 
@@ -35,10 +35,6 @@ PAD_WARPS = 4
 def vector_width(dtype: str) -> int:
     """W: channels per 16-byte load of ``dtype``, what the padded channel counts are multiples of."""
     return 16 // DTYPE_BYTES[dtype]
-
-
-def _roundup(n: int, a: int) -> int:
-    return -(-n // a) * a
 
 
 def pad_spec(dtype: str):
@@ -109,6 +105,14 @@ class ChannelPadding:
         p, q = self.problem, self.padded
         return f"C {p.c}->{q.c}, K {p.k}->{q.k}"
 
+    def staging_offset(self, kernel_scratch_bytes: int) -> int:
+        """Where the staging region starts in the scratch arena: after the main kernel's own scratch."""
+        return _roundup(kernel_scratch_bytes)
+
+    def scratch_bytes(self, kernel_scratch_bytes: int) -> int:
+        """Scratch arena bytes of a padded launch: the main kernel's, then the staging region."""
+        return self.staging_offset(kernel_scratch_bytes) + self.staging_bytes
+
 
 def channel_padding(problem: ConvProblem, width: int | None = None) -> ChannelPadding | None:
     """The padding that lets the ``width``-channel vector kernels (default: 16-byte loads) run
@@ -151,4 +155,13 @@ def channel_padding(problem: ConvProblem, width: int | None = None) -> ChannelPa
     return ChannelPadding(problem, padded, tuple(before), after, offsets, at)
 
 
-__all__ = ["ChannelPadding", "PadCopy", "channel_padding", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_WARPS"]
+def padding_if_possible(problem: ConvProblem, width: int | None = None) -> ChannelPadding | None:
+    """``channel_padding``, or None when a padded buffer would outgrow the 32-bit offsets (the
+    problem then runs unpadded only): what selection and the corpus sweep offer."""
+    try:
+        return channel_padding(problem, width)
+    except ProblemError:
+        return None
+
+
+__all__ = ["ChannelPadding", "PadCopy", "channel_padding", "padding_if_possible", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_WARPS"]

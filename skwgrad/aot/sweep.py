@@ -102,10 +102,10 @@ from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
 from skwgrad.abi.kernargs import HELPER_FAMILIES, SK_REDUCTIONS
 from skwgrad.abi.launch import dwconv_window, stage2_spec
-from skwgrad.abi.padding import channel_padding, pad_spec
+from skwgrad.abi.padding import pad_spec, padding_if_possible
 from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
-from skwgrad.errors import ProblemError, SkwgradError
+from skwgrad.errors import SkwgradError
 
 PRESETS = ("smoke", "default", "broad", "full")
 STREAMK_CHOICES = ("off", *MODES, "all")
@@ -638,7 +638,7 @@ def sweep_for_problems(
             if not keep:
                 unserved.append((name, arch))
             chosen.update(keep)
-            padding = _padding_or_none(p)
+            padding = padding_if_possible(p)
             if padding is not None:  # and the vector kernels of its channel-padded problem, with the copies
                 more = selectable(group, padding.padded)
                 if more:
@@ -658,13 +658,6 @@ def _pad_specs(specs) -> list[KernelSpec]:
     the route that runs unaligned channel counts on them)."""
     dense = [s for s in specs if s.family in ("wgrad", "wgrad_sk") and s.vec_c == s.vec_k == widest_vec(s.dtype)]
     return [pad_spec(d) for d in sorted({d for s in dense for d in (s.dtype, s.dw_dtype)})]
-
-
-def _padding_or_none(p):
-    try:
-        return channel_padding(p)
-    except ProblemError:  # a padded buffer past 32-bit offsets: the problem runs unpadded only
-        return None
 
 
 def counts(items) -> Counter:

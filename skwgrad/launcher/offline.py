@@ -62,7 +62,7 @@ def plan(problem_text, *, arch: str, cache, tile=None, streamk="auto", reduction
         "offsets": dict(pad.offsets), "predicted_us": padding_us(pad, arch), "pad_kernels": [k.label for k in choice.pad_kernels],
         "copies": [{"operand": c.operand, "dtype": c.dtype, "grid": c.grid, **c.scalars()} for c in pad.copies],
     }  # fmt: skip
-    r["workspace"]["scratch_bytes"] = -(-r["workspace"]["scratch_bytes"] // 256) * 256 + pad.staging_bytes
+    r["workspace"]["scratch_bytes"] = pad.scratch_bytes(r["workspace"]["scratch_bytes"])
     return r
 
 

@@ -121,6 +121,33 @@ def check_metadata(kernel: Kernel, binary_kind: str | None = None) -> None:
         )
 
 
+@dataclass(eq=False)
+class HelperLaunch:
+    """A loaded helper kernel (Stage-2 reduce, pad copy) of a plan: its function, block size,
+    shared memory, packer and kernarg block; ``last`` holds the pointers last patched into it."""
+
+    fn: object
+    threads: int
+    shared: int
+    packer: Packer
+    buf: object
+    last: tuple | None = None
+
+
+def load_helper(kernel: Kernel, backend, values: dict) -> HelperLaunch:
+    """Check a helper kernel's metadata against the ABI and this device, load it, and prepack its
+    kernargs with ``values`` (pointers as placeholders, patched per launch)."""
+    check_metadata(kernel, backend.binary_kind)
+    md = kernel.metadata
+    threads, shared = int(md["threads"]), int(md["shared"])
+    fn = backend.load(kernel.key, kernel.loader, md["name"], threads, shared)
+    decl = declaration(kernel.spec.family, kernel.spec.variant)
+    tail = int(md["kernarg"].get("tail_pointers", 0))
+    backend.check_params(fn, [(s.offset, s.arg.size) for s in decl.layout(tail)[0]])
+    packer = Packer(decl, tail)
+    return HelperLaunch(fn, threads, shared, packer, backend.kernarg_buffer(packer.pack(values)))
+
+
 class Plan:
     """A resolved launch. Build it with ``build_plan`` (or ``skwgrad.plan``); call ``launch``
     with device pointers, or call the plan with arrays (``plan(x, dy, out=None)``).
@@ -206,15 +233,11 @@ class Plan:
                 raise ProblemError(f"Stage-2 kernel {stage2.label} was built for {stage2.arch}, the device is {backend.arch}")
             if s2.block != STAGE2_BLOCK:
                 raise ProblemError(f"Stage-2 kernel {stage2.label} has block {s2.block}; the launch geometry uses {STAGE2_BLOCK}")
-            check_metadata(stage2, backend.binary_kind)
             s2.check_problem(problem)
             self.stage2 = stage2
-            md2 = stage2.metadata
-            self._threads2 = int(md2["threads"])
-            self._shared2 = int(md2["shared"])
-            self._fn2 = backend.load(stage2.key, stage2.loader, md2["name"], self._threads2, self._shared2)
-            t2 = int(md2["kernarg"].get("tail_pointers", 0))
-            backend.check_params(self._fn2, [(s.offset, s.arg.size) for s in declaration("stage2", "reduce").layout(t2)[0]])
+            h2 = load_helper(stage2, backend, {"ws_ptr": _DUMMY_PTR, "dw": _DUMMY_PTR, **geo.stage2_scalars})
+            self._fn2, self._threads2, self._shared2 = h2.fn, h2.threads, h2.shared
+            self._packer2, self._buf2 = h2.packer, h2.buf
             self._grid2 = geo.stage2_grid
 
         # -- kernarg templates -------------------------------------------------------------
@@ -225,12 +248,6 @@ class Plan:
         for n in self._ptr_names:
             values[n] = _DUMMY_PTR
         self._buf = backend.kernarg_buffer(self._packer.pack(values))
-        if self._fn2 is not None:
-            decl2 = declaration("stage2", "reduce")
-            self._packer2 = Packer(decl2, int(stage2.metadata["kernarg"].get("tail_pointers", 0)))
-            self._buf2 = backend.kernarg_buffer(
-                self._packer2.pack({"ws_ptr": _DUMMY_PTR, "dw": _DUMMY_PTR, **geo.stage2_scalars})
-            )
 
         # -- workspace: (arena, offset) of each buffer kernarg -------------------------------
         self.layout = layout
@@ -462,8 +479,7 @@ class PaddedPlan(Plan):
         self.problem = problem
         self.padding = padding
         self.pad_kernels = dict(pad_kernels)
-        decl = declaration("pad", "rows")
-        self._copies = []  # per copy: [copy, fn, threads, packer, kernarg buffer, last (src, dst)]
+        self._copies = []  # (copy, its loaded pad kernel), in launch order
         for copy in padding.copies:
             k = self.pad_kernels.get(copy.dtype)
             if k is None:
@@ -475,17 +491,10 @@ class PaddedPlan(Plan):
                 raise ProblemError(f"{k.label} is not the {copy.dtype} pad kernel")
             if k.arch != backend.arch:
                 raise ProblemError(f"pad kernel {k.label} was built for {k.arch}, the device is {backend.arch}")
-            check_metadata(k, backend.binary_kind)
-            md = k.metadata
-            threads, shared = int(md["threads"]), int(md["shared"])
-            fn = backend.load(k.key, k.loader, md["name"], threads, shared)
-            tail = int(md["kernarg"].get("tail_pointers", 0))
-            backend.check_params(fn, [(s.offset, s.arg.size) for s in decl.layout(tail)[0]])
-            packer = Packer(decl, tail)
-            buf = backend.kernarg_buffer(packer.pack({"src": _DUMMY_PTR, "dst": _DUMMY_PTR, **copy.scalars()}))
-            self._copies.append([copy, fn, threads, shared, packer, buf, None])
-        self._stage_off = -(-(self._scratch_bytes if self._needs_ws else 0) // 256) * 256
-        self._scratch_bytes = self._stage_off + padding.staging_bytes
+            self._copies.append((copy, load_helper(k, backend, {"src": _DUMMY_PTR, "dst": _DUMMY_PTR, **copy.scalars()})))
+        kernel_scratch = self._scratch_bytes if self._needs_ws else 0
+        self._stage_off = padding.staging_offset(kernel_scratch)
+        self._scratch_bytes = padding.scratch_bytes(kernel_scratch)
         self._needs_ws = True
         self._user_dw_nbytes = problem.dw_numel * DTYPE_BYTES[problem.dw_dtype]
 
@@ -494,18 +503,18 @@ class PaddedPlan(Plan):
         return self._user_dw_nbytes
 
     def _copy(self, i: int, src: int, dst: int, stream: int) -> None:
-        c = self._copies[i]
-        if c[6] != (src, dst):
-            c[4].pack_into(c[5].data, "src", src)
-            c[4].pack_into(c[5].data, "dst", dst)
-            c[6] = (src, dst)
-        self.backend.launch(c[1], c[0].grid, c[2], c[3], c[5], stream)
+        copy, h = self._copies[i]
+        if h.last != (src, dst):
+            h.packer.pack_into(h.buf.data, "src", src)
+            h.packer.pack_into(h.buf.data, "dst", dst)
+            h.last = (src, dst)
+        self.backend.launch(h.fn, copy.grid, h.threads, h.shared, h.buf, stream)
 
     def _enqueue(self, dy: int, x: int, dw: int, z: int, s: int, stream: int) -> None:
         st = s + self._stage_off
         staged = {op: st + off for op, off in self.padding.offsets.items()}
         user = {"x": x, "dy": dy}
-        n = len(self._copies) - 1
+        n = len(self._copies) - 1  # the inputs' copies, then the kernel, then dW's copy
         for i in range(n):
             op = self._copies[i][0].operand
             self._copy(i, user[op], staged[op], stream)

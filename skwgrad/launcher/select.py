@@ -36,7 +36,7 @@ from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, offline_occupancy, padding_us
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
-from skwgrad.abi.padding import channel_padding, pad_spec
+from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
 from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, launch_geometry
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
@@ -378,7 +378,7 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
     model = model or model_for(cache, arch, cus)
     rejected: list[Rejected] = []
     out = _search(problem, cache, arch=arch, cus=cus, o=o, occupancy=occupancy, exclude=exclude, model=model, rejected=rejected)
-    padding = _padding(problem)
+    padding = padding_if_possible(problem)
     if padding is not None:  # the vector kernels on the channel-padded problem, the copies priced on top
         pads = pad_kernels(cache, arch, padding, exclude=exclude)
         if pads is None:
@@ -396,15 +396,6 @@ def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: L
             seen.add(key)
             ranked.append(c)
     return Ranking(ranked, rejected, model)
-
-
-def _padding(problem: ConvProblem):
-    """The channel padding that would let the vector kernels run ``problem`` (None: not needed,
-    or a padded buffer would outgrow the kernels' 32-bit offsets)."""
-    try:
-        return channel_padding(problem)
-    except ProblemError:
-        return None
 
 
 def find_pad(cache, arch: str, dtype: str) -> Kernel | None:
