@@ -32,6 +32,47 @@ from skwgrad.launcher.select import backend_occupancy, choose, rank_choices
 from skwgrad.reference import relative_error, tolerance, wgrad_reference
 
 
+def end_to_end(p, cache_path: str, calls: int = 200) -> dict:
+    """Microseconds per call, host included, of what a PyTorch user runs: ``skwgrad.wgrad`` on
+    channels-last torch tensors (warm: plan built, arenas grown) against PyTorch's own weight
+    gradient, each as ``calls`` back-to-back calls then one synchronize, in one interleaved pass
+    (3 rounds, the median round)."""
+    import torch
+
+    import skwgrad
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[p.dtype]
+    x = torch.randn(p.n, p.g * p.c, p.hi, p.wi, device="cuda").to(dt).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(p.n, p.g * p.k, p.ho, p.wo, device="cuda").to(dt).contiguous(memory_format=torch.channels_last)
+    w = torch.empty(p.g * p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
+    kw = dict(filter_size=(p.y, p.x), stride=p.stride[1:], padding=p.pad_lo[1:], dilation=p.dilation[1:], groups=p.g,
+              cache=cache_path, dw_dtype=p.dw_dtype)  # fmt: skip
+
+    def ours():
+        skwgrad.wgrad(x, dy, **kw)
+
+    def native():
+        torch.ops.aten.convolution_backward(dy, x, w, None, list(p.stride[1:]), list(p.pad_lo[1:]), list(p.dilation[1:]),
+                                            False, [0, 0], p.g, [False, True, False])  # fmt: skip
+
+    out = {}
+    for name, fn in (("ours", ours), ("native", native)):
+        for _ in range(10):
+            fn()
+    torch.cuda.synchronize()
+    rounds = {"ours": [], "native": []}
+    for _ in range(3):
+        for name, fn in (("ours", ours), ("native", native)):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            rounds[name].append((time.perf_counter() - t0) / calls * 1e6)
+    for name, r in rounds.items():
+        out[f"e2e_{name}_us"] = sorted(r)[1]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", required=True)
@@ -39,6 +80,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--e2e", action="store_true", help="also the end-to-end skwgrad.wgrad call against PyTorch's (host included)")
     a = ap.parse_args()
     be = get_backend()
     cache = Cache(a.cache, create=False)
@@ -93,6 +135,8 @@ def main():
                         qi.free()
                     row["kernel_only_us"] = t["median_us"]
                     row["copies_us"] = row["padded_us"] - t["median_us"]
+                if a.e2e and p.spatial_dims == 2:
+                    row.update(end_to_end(p, a.cache))
                 us, note = cudnn_time(p, be, warmup=5, iters=a.iters)
                 row["cudnn_us"] = us
                 if note:
@@ -119,6 +163,7 @@ def main():
         "auto_vs_cudnn_geomean": gm([r["cudnn_us"] / r["auto_us"] for r in rows if r.get("cudnn_us") and r.get("auto_us")]),
         "padded_vs_plain_geomean": gm([r["plain_us"] / r["padded_us"] for r in rows if r.get("plain_us") and r.get("padded_us")]),
         "auto_padded": sum(1 for r in rows if r.get("auto_padded")),
+        "e2e_native_over_ours_geomean": gm([r["e2e_native_us"] / r["e2e_ours_us"] for r in rows if r.get("e2e_ours_us")]),
         "copies_fit": fit,
     }
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
