@@ -12,6 +12,7 @@
 #                               launches from both caches, interleaved, and checks NEW's dW against OLD's
 #   DUEL=1 with calib/all: then benchmarks/duel_auto_tuned.py re-times auto's pick and the sweep's
 #                               fastest candidates in one interleaved pass (auto vs tuned in one run)
+#   ALT="m1.json m2.json" with DUEL=1: those cost models' picks are timed in the same duel (constants compared)
 # Carried: .whl and the named exports. PKG=DIR runs the skwgrad package under DIR instead of this
 # checkout's (an older source beside the current one, same run); TAG=name keeps its outputs apart
 # ($OUT/c$TAG.tar.xz).
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
         timeout 240 python3 -m skwgrad calibrate --cache /tmp/cc --dry-run --corpus "$1" --out $R/all_$n.json 2> $R/all_$n.log | tail -1
         echo "all $n rc=$? $(( $(date +%s) - t0 )) s"
         if [ -n "${DUEL:-}" ]; then  # auto and the sweep's leaders re-timed in one interleaved pass
-          timeout 200 python3 benchmarks/duel_auto_tuned.py --cache /tmp/cc --all $R/all_$n.json --budget-s 170 \
+          timeout 200 python3 benchmarks/duel_auto_tuned.py --cache /tmp/cc --all $R/all_$n.json --budget-s 170 $(for m in ${ALT:-}; do printf -- "--alt-model %s " "$m"; done) \
             --out $R/duel_$n.json > $R/duel_$n.log 2>&1; echo "duel $n rc=$? $(( $(date +%s) - t0 )) s"; tail -1 $R/duel_$n.log
         fi
       fi

@@ -9,7 +9,11 @@ pass, minutes later. Re-timing the sweep's leaders beside auto's pick in one int
 "auto within 5% of tuned" a ratio measured in one run. Both numbers are written: ``tuned_us`` (the
 duel's fastest of auto + the leaders) and ``sweep_us`` (the sweep's own minimum).
 
-    python benchmarks/duel_auto_tuned.py --cache CACHE --all all_X.json [--all ...] --out duel.json
+    python benchmarks/duel_auto_tuned.py --cache CACHE --all all_X.json [--all ...] [--alt-model M.json ...] --out duel.json
+
+``--alt-model``: a cost model (``CostModel.to_json``, or a fit_costmodel.py output whose ``final``
+holds one) whose pick is timed in the same pass too, so two sets of constants are compared on the
+same launches; reported as ``alt`` (per model file, in order).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from compare_auto_tuned import geo, timing_device  # noqa: E402  (benchmarks/ is
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 
 
-def duel_problem(p, sweep_rows, backend, cache, *, top, rounds, iters, hold, occ, seed=0):
+def duel_problem(p, sweep_rows, backend, cache, *, top, rounds, iters, hold, occ, seed=0, alt_models=()):
     from skwgrad.launcher.hostdata import DeviceInputs
     from skwgrad.launcher.select import all_choices, choose
 
@@ -39,9 +43,17 @@ def duel_problem(p, sweep_rows, backend, cache, *, top, rounds, iters, hold, occ
     by_id = {(c.kernel.key, c.pool, c.ks_count): c for c in all_choices(p, cache, arch=arch, cus=cus, occupancy=occ)}
     leaders = [r for r in sorted((r for r in sweep_rows if "us" in r), key=lambda r: r["us"])]
     entrants = {("auto",): auto}
+    alias = {}  # an alternative model's pick that another entrant already is: timed once
+    for i, m in enumerate(alt_models):
+        c = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, model=m)
+        same = next((k for k, e in entrants.items() if (e.kernel.key, e.pool, e.ks_count) == (c.kernel.key, c.pool, c.ks_count)), None)
+        if same is None:
+            entrants[("alt", i)] = c
+        else:
+            alias[("alt", i)] = same
     for r in leaders:
         cid = (r["key"], int(r["pool"]), int(r["ks_count"]))
-        if cid in by_id and cid != (auto.kernel.key, auto.pool, auto.ks_count):
+        if cid in by_id and all(cid != (e.kernel.key, e.pool, e.ks_count) for e in entrants.values()):
             entrants[cid] = by_id[cid]
         if len(entrants) > top:
             break
@@ -58,6 +70,10 @@ def duel_problem(p, sweep_rows, backend, cache, *, top, rounds, iters, hold, occ
     finally:
         bufs.free()
     med = {k: statistics.median(v) for k, v in times.items()}
+    alts = []
+    for i in range(len(alt_models)):
+        k = alias.get(("alt", i), ("alt", i))
+        alts.append({"kernel": entrants[k].kernel.label, "pool": entrants[k].pool, "ks": entrants[k].ks_count, "us": med[k]})
     best = min(med, key=med.get)
     sweep_best = leaders[0] if leaders else None
     a = entrants[("auto",)]
@@ -69,6 +85,7 @@ def duel_problem(p, sweep_rows, backend, cache, *, top, rounds, iters, hold, occ
         "sweep_kernel": sweep_best and sweep_best["label"], "sweep_pool": sweep_best and sweep_best["pool"],
         "sweep_ks": sweep_best and sweep_best["ks_count"], "sweep_us": sweep_best and sweep_best["us"],
         "auto_over_sweep": (med[("auto",)] / sweep_best["us"]) if sweep_best else None,
+        "alt": [{**x, "over_tuned": x["us"] / med[best]} for x in alts],
         "entrants": [{"kernel": entrants[k].kernel.label, "pool": entrants[k].pool, "ks": entrants[k].ks_count,
                       "rounds_us": [round(t, 3) for t in times[k]], "us": med[k]} for k in order],
     }  # fmt: skip
@@ -82,15 +99,22 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting new problems after this many seconds")
+    ap.add_argument("--alt-model", action="append", default=[], help="another cost model whose pick is timed too")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    from skwgrad.abi.costmodel import CostModel
+
+    alt_models = []
+    for f in a.alt_model:
+        d = json.loads(Path(f).read_text())
+        alt_models.append(CostModel.from_json(json.dumps(d["final"]["model"] if "final" in d else d), source="alt"))
 
     from skwgrad.cache import Cache
 
     backend, occ, hold = timing_device()
     cache = Cache(a.cache, readonly=True)
     doc = {"method": __doc__.split("\n\n")[0], "top": a.top, "rounds": a.rounds, "iters": a.iters, "arch": backend.arch,
-           "compute_units": backend.compute_units, "sets": {}}  # fmt: skip
+           "compute_units": backend.compute_units, "alt_models": a.alt_model, "sets": {}}  # fmt: skip
     t0 = time.time()
     for path in a.all:
         sweep = json.loads(Path(path).read_text())
@@ -107,7 +131,7 @@ def main():
             row = {"name": names[prob], "problem": prob}
             try:
                 row.update(duel_problem(parse_problem(prob), rs, backend, cache, top=a.top, rounds=a.rounds, iters=a.iters,
-                                        hold=hold, occ=occ))  # fmt: skip
+                                        hold=hold, occ=occ, alt_models=alt_models))  # fmt: skip
             except Exception as e:  # noqa: BLE001  (one problem's failure is recorded, the rest still run)
                 row["error"] = f"{type(e).__name__}: {e}"
             rows.append(row)
@@ -120,6 +144,10 @@ def main():
         s = {"rows": len(rows), "compared": len(r), "auto_within_5pct_of_tuned": sum(1 for x in r if x <= 1.05),
              "geomean_auto_over_tuned": geo(r), "worst_auto_over_tuned": max(r) if r else None,
              "auto_within_5pct_of_sweep": sum(1 for x in rs_ if x <= 1.05), "geomean_auto_over_sweep": geo(rs_)}  # fmt: skip
+        for i, f in enumerate(a.alt_model):
+            ra = [x["alt"][i]["over_tuned"] for x in rows if "auto_over_tuned" in x]
+            s.setdefault("alt", []).append({"model": Path(f).name, "within_5pct_of_tuned": sum(1 for x in ra if x <= 1.05),
+                                           "geomean_over_tuned": geo(ra), "worst_over_tuned": max(ra) if ra else None})  # fmt: skip
         doc["sets"][Path(path).name] = {"summary": s, "rows": rows}
         print(f"{Path(path).name}: {json.dumps(s)}", flush=True)
         Path(a.out).write_text(json.dumps(doc, indent=1))

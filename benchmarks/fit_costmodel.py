@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
-from skwgrad.abi.costmodel import MODELLED_FAMILIES, default_prior, fit  # noqa: E402
+from skwgrad.abi.costmodel import MODELLED_FAMILIES, default_prior, fit, offline_occupancy  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK  # noqa: E402
 from skwgrad.launcher import select as S  # noqa: E402
 
@@ -108,7 +108,10 @@ def evaluate(model, rows, meta, cache, stack=None):
             view = _Stacked(cache)
         else:
             view = cache
-        ch = S.choose(p, view, arch=arch, cus=cus, occupancy=lambda k: occ.get(k.key, 1), model=model, use_tuned=False)
+        # the occupancy the device reported for each timed dense kernel; the depthwise rows record none, so
+        # their kernels get the estimate from their metadata (what auto's split rule sees offline)
+        ch = S.choose(p, view, arch=arch, cus=cus, occupancy=lambda k: occ.get(k.key) or offline_occupancy(k.metadata, arch),
+                      model=model, use_tuned=False)  # fmt: skip
         got = measured.get((ch.kernel.key, ch.pool, ch.ks_count))
         best = timed[0]
         best_pred = preds.get((prob, best["key"], best["pool"], best["ks_count"]))

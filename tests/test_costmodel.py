@@ -415,3 +415,32 @@ def test_the_packed_group_loop_has_its_own_price_per_iteration_on_the_path():
     # the shipped H200 constants price it: a grouped launch costs more than the same terms without it
     m = M.builtin("sm_90")
     assert m.constants[M.TERMS.index("main_iter_grouped")] > 0
+
+
+def test_narrow_terms_price_only_the_scalar_kernels_per_thread():
+    # C = 250, K = 1036: rows of x and dW are not 16-byte aligned, so only the 1-wide kernels load them
+    p = parse_problem("n=4,c=250,k=1036,h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32")
+    g = launch_geometry(p, "wgrad", "direct", bm=64, bn=128, bk=64, ks_count=1)
+    terms = {}
+    for vec, warps in ((1, 4), (1, 8), (2, 4)):
+        s = KernelSpec("wgrad", "direct", p.dtype, p.dw_dtype, vec_c=vec, vec_k=vec, bm=64, bn=128, bk=64, num_warps=warps, num_stages=3)
+        t = M.terms(p, s, g, arch="sm_90", compute_units=132, occupancy=1)
+        terms[vec, warps] = t.as_dict()
+        path = t.path_iters  # 306 tiles on 132 SMs: 3 waves of one CTA each
+    t1 = terms[1, 4]
+    assert path == 3 * g.ks_iters
+    # fp32 dW stored 1 element per instruction where 4 fit in 16 bytes: 3 of 4 stores are extra
+    # (epilogue counts the bytes: 4 per element)
+    assert t1["epilogue_narrow"] == pytest.approx(t1["epilogue"] / 4 * (1 - 4 / 16))
+    # loads: 8 bf16 fit 16 bytes, a 1-wide kernel issues 7 of 8 of its loads beyond that, per thread
+    assert t1["main_loads_narrow"] == pytest.approx(path * 64 * (64 + 128) * (1 - 1 / 8) / 1024)
+    # twice the threads: half the instructions each
+    assert terms[1, 8]["epilogue_narrow"] == pytest.approx(t1["epilogue_narrow"] / 2)
+    assert terms[1, 8]["main_loads_narrow"] == pytest.approx(t1["main_loads_narrow"] / 2)
+    # wider vectors: fewer
+    assert 0 < terms[2, 4]["main_loads_narrow"] < t1["main_loads_narrow"]
+    assert 0 < terms[2, 4]["epilogue_narrow"] < t1["epilogue_narrow"]
+    # the full-width vector kernels have none (the other terms price them as before)
+    for p_, s, geo in _launches():
+        d = M.terms(p_, s, geo, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+        assert d["epilogue_narrow"] == 0 and d["main_loads_narrow"] == 0

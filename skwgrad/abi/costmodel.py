@@ -37,6 +37,12 @@ co-residency on a CU and the CU count):
 ``epilogue`` tile stores on the critical path (split-K: one per CTA the busiest CU runs; a persistent
              CTA's per DP tile it walks; a stream-K range one per tile it touches), in the bytes
              they write, times (stream-K) the ``r`` co-resident CTAs whose stores leave the same CU.
+``epilogue_narrow`` the store instructions of those tile stores beyond full-width ones: a kernel
+             whose dW rows are not 16-byte aligned (``vec_c`` below the store width, the
+             scalar-load kernels of unaligned channel counts) stores one element per
+             instruction. Zero for the vector kernels (collinear with ``epilogue`` otherwise).
+             Measured (H200, runs H1/H2): a 5x5 522->1036 layer on the 1-wide 128x128 kernel,
+             whose fp32 dW is 54 MB, ran 96 us against 50 predicted without it.
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
              tree: one per round); ``fixup_atomic``: the atomic adds of the workspace / atomic
              reductions, device-wide per CU (K elements): the L2 executes them and the issuing
@@ -78,10 +84,10 @@ from skwgrad.abi.launch import LaunchGeometry
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 6  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 7  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
-# price of the packed-group loop
+# price of the packed-group loop; 7: the narrow tile stores of unaligned dW rows
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
@@ -93,7 +99,8 @@ TERMS = (
     "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
-    "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped",
+    "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped", "epilogue_narrow",
+    "main_loads_narrow",
     *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -183,6 +190,10 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     fp32_in = spec.dtype == "fp32"
     loads = spec.bk * (spec.bm / max(1, spec.vec_k) + spec.bn / max(1, spec.vec_c)) / 1024.0
     nbytes = spec.bk * (spec.bm + spec.bn) * elt / 1024.0  # KiB per CTA-iteration
+    # loads beyond 16-byte ones, per thread (4 warps = 1): a narrow kernel's threads issue them in turn
+    full = 16 // elt
+    narrow_loads = spec.bk * (spec.bm * (1.0 / max(1, spec.vec_k) - 1.0 / full) + spec.bn * (1.0 / max(1, spec.vec_c) - 1.0 / full))
+    narrow_loads = max(0.0, narrow_loads) * 4 / max(1, spec.num_warps) / 1024.0
     tile_out = spec.bm * spec.bn
 
     v = spec.variant
@@ -201,6 +212,12 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     if spec.family in ("wgrad", "grouped"):
         cu_stores = math.ceil(grid / cus)  # every CTA on the busiest CU stores once (a tail wave's fewer)
     epilogue = cu_stores * tile_out * partial / 1024.0
+    # store instructions beyond 16-byte ones (a tile row stores min(vec_c, 16 / partial) elements
+    # at a time), per thread: each thread issues its share of them one after the other, and the
+    # busiest CU's CTAs run cu_stores / resident such chains in turn
+    store_elems = max(1, min(spec.vec_c, 16 // partial))
+    narrow_per_tile = tile_out * (1.0 / store_elems - partial / 16.0) * 4 / max(1, spec.num_warps)
+    epilogue_narrow = cu_stores / resident * narrow_per_tile / 1024.0
     fix_serial = fix_bytes = fix_atomic = 0.0
     if spec.family == "wgrad_sk" and part.sk_ctas:
         if v == "linear":
@@ -239,7 +256,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         path * loads * max(0.0, LOAD_HIDING_WARPS / max(1, spec.num_warps) - resident),
         path * mac_warp if fp32_in and spec.precision == "tf32" else 0.0,
         cu_iters * loads if spec.family == "wgrad_sk" and not spec.pointwise else 0.0,
-        float(path) if spec.family == "grouped" else 0.0,
+        float(path) if spec.family == "grouped" else 0.0, max(0.0, epilogue_narrow), path * narrow_loads,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
     )  # fmt: skip
     return Terms(values, resident, path)
@@ -399,7 +416,7 @@ _BUILTIN: dict[str, tuple] = {
     # auto on the twenty-first; a set timed more than once is judged on its last file): 386 of 454
     # rows within 5% of the fastest (85%), geomean 1.021; model 5 (no packed-group iteration term) on
     # the same 21 sets: 381/454 (84%), 1.023 (benchmarks/results/costmodel_cv21_v6_2026-12-01.json).
-    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.038096, 0.00885671, 0.0864604, 0.0234799, 0.0400511, 4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0),
+    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.038096, 0.00885671, 0.0864604, 0.0234799, 0.0400511, 0.0, 0.0, 4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -428,6 +445,7 @@ _DEFAULT_PRIOR = (
     0.03, 0.3, 25.0,  # ieee fp32-input matrix work, Stage-2 chain (per replica and wave), L2 refetch (per MiB per CU)
     0.03, 0.05,  # tf32 matrix work, exposed loads
     0.01, 0.0, 0.0,  # tf32 per-warp MMA chain, SK gather loads, packed-group iteration
+    0.5, 0.01,  # narrow tile stores, narrow loads (per 1024 instructions per thread beyond 16-byte ones)
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
