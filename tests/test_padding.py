@@ -62,7 +62,8 @@ def test_padded_problem_copies_and_staging(p):
 
 
 @pytest.mark.parametrize("p", [UNALIGNED, ONLY_C, ONLY_K, GROUPED], ids=["both", "only_c", "only_k", "grouped"])
-def test_two_pad_launches_and_their_grids(p):
+def test_two_pad_launches_their_grids_and_their_price(p):
+    from skwgrad.abi.costmodel import PAD_ELEMENTS_PER_US, PAD_LAUNCH_US
     from skwgrad.abi.kernargs import PAD_COPY_SCALARS, declaration
     from skwgrad.abi.padding import PAD_BLOCK
 
@@ -82,6 +83,8 @@ def test_two_pad_launches_and_their_grids(p):
             assert (c.src_pitch if c.scatter else c.dst_pitch) % w == 0 and c.grid == -(-walked // PAD_BLOCK)
     assert [c.scatter for c in pad.before] == [False] * len(pad.before)
     assert pad.after.scatter == (p.c % w != 0)
+    elements = sum(c.elements_moved for c in pad.copies)
+    assert padding_us(pad, "sm_90") == pytest.approx(elements / PAD_ELEMENTS_PER_US["sm_90"] + 2 * PAD_LAUNCH_US)
 
 
 def test_a_copy_whose_pitches_are_both_unaligned_is_refused():
