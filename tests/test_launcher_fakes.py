@@ -389,6 +389,8 @@ def _emulate_pad(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
             raise FakeFault(f"pad copy {i}: width {width}, pitches ({sp}, {dp}), rows {rows}/{gr}, scatter {scatter}")
         if (sp if scatter else dp) % w:
             raise FakeFault(f"pad copy {i}: the walked pitch is not a multiple of {w}")
+        if not scatter and gr != sgr:
+            raise FakeFault(f"pad copy {i}: a gather maps row r to r; it cannot drop rows of groups ({gr} of {sgr})")
         walked = rows // gr * sgr * sp if scatter else rows * dp
         programs.append(-(-walked // PAD_BLOCK))
         r = np.arange(rows)

@@ -82,7 +82,7 @@ def test_two_pad_launches_their_grids_and_their_price(p):
             walked = c.src_rows * c.src_pitch if c.scatter else c.rows * c.dst_pitch
             assert (c.src_pitch if c.scatter else c.dst_pitch) % w == 0 and c.grid == -(-walked // PAD_BLOCK)
     assert [c.scatter for c in pad.before] == [False] * len(pad.before)
-    assert pad.after.scatter == (p.c % w != 0)
+    assert pad.after.scatter == (p.c % w != 0 or p.k % w != 0)
     elements = sum(c.elements_moved for c in pad.copies)
     assert padding_us(pad, "sm_90") == pytest.approx(elements / PAD_ELEMENTS_PER_US["sm_90"] + 2 * PAD_LAUNCH_US)
 
@@ -92,6 +92,9 @@ def test_a_copy_whose_pitches_are_both_unaligned_is_refused():
 
     with pytest.raises(ProblemError, match="multiple of 8"):
         PadCopy("x", "bf16", 10, 3, 3, 5, 10, 10)
+    with pytest.raises(ProblemError, match="multiple of 8"):  # dropping rows of groups walks the source
+        PadCopy("dw", "bf16", 10, 3, 3, 8, 5, 6)
+    assert PadCopy("dw", "bf16", 10, 3, 8, 3, 5, 6).scatter and PadCopy("dw", "bf16", 10, 8, 8, 8, 5, 6).scatter
     x = PadCopy("x", "bf16", 10, 3, 3, 8, 10, 10)
     with pytest.raises(ProblemError, match="one dtype"):
         PadLaunch((x, PadCopy("dw", "fp32", 10, 3, 4, 3, 10, 10)))
@@ -329,7 +332,7 @@ PAD_CASES = {
     "bf16_dw_fp32": {"problem": "n=2,c=20,k=12,h=6,w=6,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32"},
     "both_fp32": {"problem": UNALIGNED.describe()},
     "only_c_fp32": {"problem": ONLY_C.describe()},
-    "only_k_fp32": {"problem": ONLY_K.describe()},  # dW's rows aligned: the group mapping in a gather
+    "only_k_fp32": {"problem": ONLY_K.describe()},  # dW's rows aligned, K's padding rows dropped
     "grouped_fp32": {"problem": GROUPED.describe()},
     # one launch, two copies in either order: a scatter in slot 0 and in slot 1
     "mix_scatter_first": {"problem": "n=2,c=36,k=44,g=2,h=6,w=6,y=3,x=3,padding=1,dtype=bf16", "mix": ["dw", "dy"]},

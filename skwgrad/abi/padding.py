@@ -52,8 +52,9 @@ class PadCopy:
     src_group_rows + r % group_rows`` (dW of several groups: each group's K rows out of K_pad).
 
     The kernel walks the 16-byte vectors of the padded side (``skwgrad.aot.kernels.pad``): the
-    destination when its pitch is a multiple of W (gather: x and dy into staging), else the
-    source, whose pitch then must be (scatter: the padded dW back into the caller's)."""
+    destination (gather: x and dy into staging) when its pitch is a multiple of W and there are no
+    groups to drop (``row(r) = r``), else the source, whose pitch then must be (scatter: the
+    padded dW back into the caller's)."""
 
     operand: str  # "x" | "dy" | "dw"
     dtype: str
@@ -69,13 +70,17 @@ class PadCopy:
         if not (0 < self.width <= min(self.src_pitch, self.dst_pitch) and 0 < self.group_rows <= self.src_group_rows
                 and self.rows % self.group_rows == 0):  # fmt: skip
             raise ProblemError(f"pad copy of {self.operand}: inconsistent shape {self}")
-        if self.dst_pitch % w and self.src_pitch % w:
-            raise ProblemError(f"pad copy of {self.operand}: neither pitch ({self.src_pitch}, {self.dst_pitch}) is a multiple of {w}")
+        if (self.src_pitch if self.scatter else self.dst_pitch) % w:
+            raise ProblemError(
+                f"pad copy of {self.operand}: the pitch the kernel walks ({'src' if self.scatter else 'dst'} "
+                f"{self.src_pitch if self.scatter else self.dst_pitch}) is not a multiple of {w} (16-byte vectors)"
+            )
 
     @property
     def scatter(self) -> bool:
-        """The kernel walks the source's vectors (the destination rows are not 16-byte aligned)."""
-        return self.dst_pitch % vector_width(self.dtype) != 0
+        """The kernel walks the source's vectors: the destination rows are not 16-byte aligned, or
+        rows of each group are dropped (dW); else it walks the destination's (gather)."""
+        return self.dst_pitch % vector_width(self.dtype) != 0 or self.group_rows != self.src_group_rows
 
     @property
     def src_rows(self) -> int:

@@ -9,12 +9,13 @@ The work is cut into 16-byte vectors (``VEC`` elements) of the padded, aligned s
 arithmetic (two unsigned divisions) is done once per vector, not per element, and that side moves
 whole vectors (st/ld .v4 on sm_90):
 
-* gather (``scatter == 0``, x and dy into staging: ``dst_pitch % VEC == 0``): one vector of a
-  destination row per lane; VEC scalar loads of consecutive source elements (masked past
-  ``width``, 0 there), one vector store. A destination vector never straddles two rows.
+* gather (``scatter == 0``, x and dy into staging: ``dst_pitch % VEC == 0`` and no groups,
+  ``row(r) = r``): one vector of a destination row per lane; VEC scalar loads of consecutive
+  source elements (masked past ``width``, 0 there), one vector store. A destination vector never
+  straddles two rows.
 * scatter (``scatter == 1``, the padded dW back out: ``src_pitch % VEC == 0``): one vector of a
   source row per lane, loaded whole (skipped for the padded rows of each group); its elements
-  below ``width`` are stored one by one into the caller's dense, unaligned rows. Every
+  below ``width`` are stored one by one into the caller's rows (dense, unaligned). Every
   destination element is some source element's image, written once.
 
 Consecutive lanes take consecutive vectors, so both sides coalesce whatever the row width: the
@@ -32,15 +33,12 @@ def _gather(src, dst, rows, width, src_pitch, dst_pitch, group_rows, src_group_r
     per_row = (dst_pitch // VEC).to(tl.uint32)  # vectors per destination row (dst_pitch % VEC == 0)
     v = pid * BV + tl.arange(0, BV)  # destination vectors
     live = v < rows * per_row.to(tl.int32)
-    r = v.to(tl.uint32) // per_row
-    g = r // group_rows.to(tl.uint32)
-    r = r.to(tl.int32)
-    g = g.to(tl.int32)
+    r = (v.to(tl.uint32) // per_row).to(tl.int32)  # a gather has no groups: row(r) = r
     c0 = (v - r * per_row.to(tl.int32)) * VEC
-    src_row = g * src_group_rows + (r - g * group_rows)
+    src_row = r
     j = tl.arange(0, VEC)
-    c = c0[:, None] + j[None, :]
-    val = tl.load(src + (src_row * src_pitch)[:, None] + c, mask=live[:, None] & (c < width), other=0)
+    room = width - c0  # columns of this vector that hold data (j < room), the rest are zeros
+    val = tl.load(src + (src_row * src_pitch + c0)[:, None] + j[None, :], mask=live[:, None] & (j[None, :] < room[:, None]), other=0)
     d = tl.multiple_of(v * VEC, VEC)  # row starts of whole vectors: 16-byte aligned
     tl.store(dst + d[:, None] + j[None, :], val, mask=live[:, None])
 
@@ -62,9 +60,22 @@ def _scatter(src, dst, rows, width, src_pitch, dst_pitch, group_rows, src_group_
     j = tl.arange(0, VEC)
     s = tl.multiple_of(v * VEC, VEC)
     val = tl.load(src + s[:, None] + j[None, :], mask=keep[:, None])
-    c = c0[:, None] + j[None, :]
-    dst_row = g * group_rows + k
-    tl.store(dst + (dst_row * dst_pitch)[:, None] + c, val, mask=keep[:, None] & (c < width))
+    # One store per column of the vectors, each a 1-D store over the vectors: a 2-D store at the
+    # unaligned destination would get a scalar layout in which the row arithmetic is redone per
+    # element; split hands each lane its own vector's elements without moving data.
+    out = dst + (g * group_rows + k) * dst_pitch + c0
+    _store_columns(out, val, keep, width - c0, 0, VEC)
+
+
+@triton.jit
+def _store_columns(out, val, keep, room, j0: tl.constexpr, n: tl.constexpr):
+    """Store column ``i`` of ``val`` ([vectors, n]) at ``out + j0 + i`` where ``j0 + i < room``."""
+    if n == 1:
+        tl.store(out + j0, tl.reshape(val, (val.shape[0],)), mask=keep & (j0 < room))
+    else:
+        lo, hi = tl.split(tl.permute(tl.reshape(val, (val.shape[0], 2, n // 2)), (0, 2, 1)))
+        _store_columns(out, lo, keep, room, j0, n // 2)
+        _store_columns(out, hi, keep, room, j0 + n // 2, n // 2)
 
 
 @triton.jit
