@@ -480,7 +480,7 @@ class PaddedPlan(Plan):
         self.problem = problem
         self.padding = padding
         self.pad_kernels = dict(pad_kernels)
-        self._pads = []  # (PadLaunch, its loaded pad kernel), in launch order: the inputs' (if any), dW's
+        self._pads = []  # (PadLaunch, its loaded pad kernel, grid), in launch order: the inputs' (if any), dW's
         for pl in padding.launches:
             k = self.pad_kernels.get(pl.dtype)
             if k is None:
@@ -493,7 +493,8 @@ class PaddedPlan(Plan):
             if k.arch != backend.arch:
                 raise ProblemError(f"pad kernel {k.label} was built for {k.arch}, the device is {backend.arch}")
             dummy = pl.pointers({op: (_DUMMY_PTR, _DUMMY_PTR) for op in pl.operands})
-            self._pads.append((pl, load_helper(k, backend, {**dummy, **pl.scalars()})))
+            self._pads.append((pl, load_helper(k, backend, {**dummy, **pl.scalars()}), pl.grid))
+        self._pad_inputs = self._pads[0][0].operands if len(self._pads) == 2 else ()
         kernel_scratch = self._scratch_bytes if self._needs_ws else 0
         self._stage_off = padding.staging_offset(kernel_scratch)
         self._scratch_bytes = padding.scratch_bytes(kernel_scratch)
@@ -506,19 +507,19 @@ class PaddedPlan(Plan):
 
     def _pad(self, i: int, pairs: tuple, stream: int) -> None:
         """Launch pad launch ``i`` on ``pairs``: (src, dst) per copy, in its copies' order."""
-        pl, h = self._pads[i]
+        pl, h, grid = self._pads[i]
         if h.last != pairs:
             for name, value in pl.pointers(dict(zip(pl.operands, pairs))).items():
                 h.packer.pack_into(h.buf.data, name, value)
             h.last = pairs
-        self.backend.launch(h.fn, pl.grid, h.threads, h.shared, h.buf, stream)
+        self.backend.launch(h.fn, grid, h.threads, h.shared, h.buf, stream)
 
     def _enqueue(self, dy: int, x: int, dw: int, z: int, s: int, stream: int) -> None:
         st = s + self._stage_off
         staged = {op: st + off for op, off in self.padding.offsets.items()}
-        if len(self._pads) == 2:  # x and/or dy into staging: one launch
+        if self._pad_inputs:  # x and/or dy into staging: one launch
             user = {"x": x, "dy": dy}
-            self._pad(0, tuple((user[op], staged[op]) for op in self._pads[0][0].operands), stream)
+            self._pad(0, tuple((user[op], staged[op]) for op in self._pad_inputs), stream)
         super()._enqueue(staged.get("dy", dy), staged.get("x", x), staged["dw"], z, s, stream)
         self._pad(len(self._pads) - 1, ((staged["dw"], dw),), stream)  # then dW out: its own launch
 
