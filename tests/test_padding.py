@@ -173,6 +173,7 @@ def test_padded_plan_stages_in_scratch_after_the_kernels_own_scratch():
     staged = [main["x"], main["dy"], main["dw"]]
     assert all(replicas_end <= s < scratch.ptr + scratch.nbytes for s in staged)
     assert plan.workspace_bytes >= channel_padding(UNALIGNED).staging_bytes
+    assert [(d["operands"], d["grid"]) for d in plan.describe()["pad_launches"]] == [(["x", "dy"], launches[0]["grid"]), (["dw"], launches[3]["grid"])]
     # a second launch on the same pointers patches nothing and runs the same bytes
     before = [bytes(r["bytes"]) for r in launches]
     plan.launch(dyp, xp, dwp)

@@ -14,8 +14,9 @@ a padded dW, (3) ``pad`` the padded dW back into the caller's ``[G, K, taps, C]`
 one small kernel (``family "pad"``: ``skwgrad.aot.kernels.pad``) that writes every element of its
 destination, zeros past ``width``, so the staging buffers need no memset and hold anything at rest
 (the scratch arena). One launch runs up to two copies: x and dy go together, dW's copy is its own
-launch (``PadLaunch``), so a padded launch makes two pad launches. This module is the one place that decides the padded problem, the copies'
-shapes and the staging layout; the launcher and the cost model read it.
+launch (``PadLaunch``), so a padded launch makes two pad launches. This module is the one place
+that decides the padded problem, the copies' shapes, their launches and the staging layout; the
+launcher and the cost model read it.
 """
 
 from __future__ import annotations

@@ -529,6 +529,7 @@ class PaddedPlan(Plan):
         d["padded_problem"] = self.kernel_problem.describe()
         d["padding"] = self.padding.describe()
         d["pad_kernels"] = sorted({k.label for k in self.pad_kernels.values()})
+        d["pad_launches"] = [{"operands": list(pl.operands), "grid": grid, "split": pl.split} for pl, _, grid in self._pads]
         return d
 
     def __repr__(self):
