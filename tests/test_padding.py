@@ -368,3 +368,24 @@ def test_pad_kernel_through_the_interpreter():
     assert {d for d, sc in seen if sc} == {"bf16", "fp16", "fp32"}
     assert res["wide_bf16"]["launches"] == [["x", "dy"], ["dw"]] and res["narrow_bf16"]["launches"] == [["x"], ["dw"]]
     assert res["narrow_bf16"]["x"]["rows"] % (2048 // 8) and res["narrow_bf16"]["x"]["programs"] == 2
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_pad_kernel_sm90_moves_whole_vectors_and_divides_per_vector(dtype):
+    """The sm_90 object: 16-byte stores (gather) and loads (scatter), no shared memory (no layout
+    conversion through it), no local memory, and as many row divisions as vectors per thread need
+    (one per gather vector, two per scatter vector: rows, then groups), not one per element."""
+    import re
+    import warnings
+
+    from skwgrad.abi.padding import PAD_BLOCK, PAD_WARPS
+    from skwgrad.aot.compile import compile_spec
+
+    warnings.filterwarnings("ignore")
+    md = compile_spec(pad_spec(dtype), "sm_90", keep_asm=True).metadata
+    ptx = md["_asm"]["ptx"]
+    assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx) and re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
+    assert md["shared"] == 0 and md["stack_bytes"] == 0 and ".shared" not in ptx
+    per_thread = PAD_BLOCK // vector_width(dtype) // (PAD_WARPS * 32)  # vectors per thread per copy
+    # (LLVM merges the two copy slots' identical bodies today; either way not W per vector)
+    assert 3 * per_thread <= len(re.findall(r"\bdiv\.u32\b", ptx)) <= 2 * 3 * per_thread
