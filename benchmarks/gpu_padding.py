@@ -117,7 +117,8 @@ def main():
                             f"{what}_host_us": t["host_us"], f"{what}_predicted_us": c.predicted_us, f"{what}_rel_err": err,
                             f"{what}_ok": bool(ok)}  # fmt: skip
 
-                row.update(padding=pad.describe(), pad_bytes=pad.bytes_moved, pad_copies=len(pad.copies),
+                row.update(padding=pad.describe(), pad_bytes=pad.bytes_moved, pad_copies=len(pad.copies), pad_launches=len(pad.launches),
+                           pad_elements=sum(c.elements_moved for c in pad.copies),
                            pad_predicted_us=padding_us(pad, be.arch))  # fmt: skip
                 row.update(run(auto, "auto"), auto_padded=auto.padding is not None)
                 if plain:
@@ -148,7 +149,7 @@ def main():
     fit = {}
     pts = [r for r in rows if "copies_us" in r]
     if len(pts) >= 3:
-        A = np.array([[r["pad_bytes"], r["pad_copies"]] for r in pts], dtype=float)
+        A = np.array([[r["pad_bytes"], r["pad_launches"]] for r in pts], dtype=float)
         y = np.array([r["copies_us"] for r in pts])
         (inv_bw, per_launch), *_ = np.linalg.lstsq(A, y, rcond=None)
         fit = {"bytes_per_us": (1.0 / inv_bw) if inv_bw > 0 else None, "launch_us": per_launch,

@@ -11,6 +11,7 @@ import pytest
 
 from skwgrad.abi import codeobject
 from skwgrad.abi.launch import STAGE2_BLOCK
+from skwgrad.abi.padding import pad_spec
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError
 
@@ -29,6 +30,7 @@ def specs():
     out.append(KernelSpec("wgrad", "direct", **{**BASE, "pointwise": True}))
     out.append(KernelSpec("wgrad_sk", "linear", mode="dp_sk", **{**BASE, "bm": 128, "bn": 128, "bk": 64, "num_warps": 8}))
     out.append(KernelSpec("stage2", "reduce", "bf16", "bf16", block=STAGE2_BLOCK))
+    out += [pad_spec(d) for d in ("bf16", "fp16", "fp32")]  # the channel-padding copies
     return out
 
 
@@ -75,8 +77,18 @@ def test_no_scratch_and_mfma(built, spec, arch):
     # through v_writelane, not in scratch; the stream-K kernels have some, recorded in the cache.)
     assert amd["scratch_bytes"] == 0 and amd["vgpr_spill_count"] == 0, amd
     isa = md["_asm"]["amdgcn"]
-    if spec.family != "stage2":
+    if spec.family not in ("stage2", "pad"):
         assert re.search(r"^\s*v_mfma_f32_\w+", isa, re.M), "no MFMA instruction in a wgrad kernel"
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_pad_kernel_moves_whole_vectors_on_its_aligned_side(built, arch, dtype):
+    """The gather stores and the scatter loads 16-byte vectors (global_*_dwordx4); the other side
+    is element-wise (the caller's unaligned rows)."""
+    isa = _instructions(built[(pad_spec(dtype), arch)][1]["_asm"]["amdgcn"])
+    assert any(re.match(r"^(global|buffer)_store_dwordx4", s) for s in isa), "no 16-byte store"
+    assert any(re.match(r"^(global|buffer)_load_dwordx4", s) for s in isa), "no 16-byte load"
 
 
 def _instructions(isa: str) -> list[str]:

@@ -273,7 +273,7 @@ class FakeBackend(Backend):
         self.launches.append(rec)
         self.calls.append(("launch", spec.label, grid, stream))
         if self.emulate:
-            emulate(self, spec, rec["args"], fn)
+            emulate(self, spec, rec["args"], fn, grid)
 
     def stream_create(self):
         return 0x5000 + len(self.calls)
@@ -371,20 +371,47 @@ def _store(be, ptr, values, dtype):
     be.write(ptr, np.ascontiguousarray(to_bits(values, dtype)).tobytes())
 
 
-def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn) -> None:
-    """What the real kernel would leave in memory (float64 math, rounded on store)."""
-    if spec.family == "pad":  # dst[r, c] = src[row(r) * src_pitch + c] for c < width, else 0
-        st = np.dtype(_STORE[spec.dtype])
-        rows, width, sp, dp = a["rows"], a["width"], a["src_pitch"], a["dst_pitch"]
-        if not 0 < width <= dp or width > sp:
-            raise FakeFault(f"pad width {width} past a pitch ({sp}, {dp})")
+def _emulate_pad(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
+    """The pad kernel's two copies (skwgrad.aot.kernels.pad), after checking the grid covers each
+    copy's vectors exactly as the kernel splits it."""
+    from skwgrad.abi.padding import PAD_BLOCK, vector_width
+
+    st = np.dtype(_STORE[spec.dtype])
+    w = vector_width(spec.dtype)
+    programs = []
+    for i in range(2):
+        rows, width, sp, dp = (a[f"{n}{i}"] for n in ("rows", "width", "src_pitch", "dst_pitch"))
+        gr, sgr, scatter = a[f"group_rows{i}"], a[f"src_group_rows{i}"], a[f"scatter{i}"]
+        if rows == 0:
+            programs.append(0)
+            continue
+        if not 0 < width <= dp or width > sp or rows % gr or scatter not in (0, 1):
+            raise FakeFault(f"pad copy {i}: width {width}, pitches ({sp}, {dp}), rows {rows}/{gr}, scatter {scatter}")
+        if (sp if scatter else dp) % w:
+            raise FakeFault(f"pad copy {i}: the walked pitch is not a multiple of {w}")
+        if not scatter and gr != sgr:
+            raise FakeFault(f"pad copy {i}: a gather maps row r to r; it cannot drop rows of groups ({gr} of {sgr})")
+        walked = rows // gr * sgr * sp if scatter else rows * dp
+        programs.append(-(-walked // PAD_BLOCK))
         r = np.arange(rows)
-        srow = (r // a["group_rows"]) * a["src_group_rows"] + r % a["group_rows"]
+        srow = (r // gr) * sgr + r % gr
         n_src = int(srow.max()) * sp + width
-        src = np.frombuffer(be.read(a["src"], n_src * st.itemsize), dtype=st)
+        src = np.frombuffer(be.read(a[f"src{i}"], n_src * st.itemsize), dtype=st)
         out = np.zeros((rows, dp), dtype=st)
         out[:, :width] = src[srow[:, None] * sp + np.arange(width)[None, :]]
-        be.write(a["dst"], out.tobytes())
+        be.write(a[f"dst{i}"], out.tobytes())
+    if grid is not None and (a["split"] != programs[0] or _grid_size(grid) != sum(programs)):
+        raise FakeFault(f"pad grid {grid} split {a['split']}: the copies need {programs}")
+
+
+def _grid_size(grid) -> int:
+    return int(np.prod(grid)) if isinstance(grid, (tuple, list)) else int(grid)
+
+
+def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
+    """What the real kernel would leave in memory (float64 math, rounded on store)."""
+    if spec.family == "pad":  # per copy: dst[r, c] = src[row(r) * src_pitch + c] for c < width, else 0
+        _emulate_pad(be, spec, a, grid)
         return
     if spec.family == "stage2":
         n, r = a["numel"], a["replicas"]

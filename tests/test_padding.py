@@ -61,6 +61,47 @@ def test_padded_problem_copies_and_staging(p):
     assert padding_us(pad, "sm_90") > 0
 
 
+@pytest.mark.parametrize("p", [UNALIGNED, ONLY_C, ONLY_K, GROUPED], ids=["both", "only_c", "only_k", "grouped"])
+def test_two_pad_launches_their_grids_and_their_price(p):
+    from skwgrad.abi.costmodel import PAD_ELEMENTS_PER_US, PAD_LAUNCH_US
+    from skwgrad.abi.kernargs import PAD_COPY_SCALARS, declaration
+    from skwgrad.abi.padding import PAD_BLOCK
+
+    pad = channel_padding(p)
+    assert [pl.operands for pl in pad.launches] == [tuple(c.operand for c in pad.before), ("dw",)]
+    w = vector_width(p.dtype)
+    for pl in pad.launches:
+        sc = pl.scalars()
+        names = set(declaration("pad", "rows").value_names())
+        assert set(sc) | set(pl.pointers({o: (16, 32) for o in pl.operands})) == names
+        assert pl.split == pl.copies[0].grid and pl.grid == sum(c.grid for c in pl.copies)
+        if len(pl.copies) == 1:
+            assert sc["rows1"] == 0 and pl.grid == pl.split
+        for i, c in enumerate(pl.copies):
+            assert {n: sc[f"{n}{i}"] for n in PAD_COPY_SCALARS} == c.scalars()
+            walked = c.src_rows * c.src_pitch if c.scatter else c.rows * c.dst_pitch
+            assert (c.src_pitch if c.scatter else c.dst_pitch) % w == 0 and c.grid == -(-walked // PAD_BLOCK)
+    assert [c.scatter for c in pad.before] == [False] * len(pad.before)
+    assert pad.after.scatter == (p.c % w != 0 or p.k % w != 0)
+    elements = sum(c.elements_moved for c in pad.copies)
+    assert padding_us(pad, "sm_90") == pytest.approx(elements / PAD_ELEMENTS_PER_US["sm_90"] + 2 * PAD_LAUNCH_US)
+
+
+def test_a_copy_whose_pitches_are_both_unaligned_is_refused():
+    from skwgrad.abi.padding import PadCopy, PadLaunch
+
+    with pytest.raises(ProblemError, match="multiple of 8"):
+        PadCopy("x", "bf16", 10, 3, 3, 5, 10, 10)
+    with pytest.raises(ProblemError, match="multiple of 8"):  # dropping rows of groups walks the source
+        PadCopy("dw", "bf16", 10, 3, 3, 8, 5, 6)
+    assert PadCopy("dw", "bf16", 10, 3, 8, 3, 5, 6).scatter and PadCopy("dw", "bf16", 10, 8, 8, 8, 5, 6).scatter
+    x = PadCopy("x", "bf16", 10, 3, 3, 8, 10, 10)
+    with pytest.raises(ProblemError, match="one dtype"):
+        PadLaunch((x, PadCopy("dw", "fp32", 10, 3, 4, 3, 10, 10)))
+    with pytest.raises(ProblemError, match="one dtype"):
+        PadLaunch((x, x, x))
+
+
 def test_padding_refuses_buffers_past_32_bit_offsets():
     huge = parse_problem("n=850,c=250,k=64,h=100,w=100,y=1,x=1")  # x fits, padded x (256 ch) would not
     assert huge.x_numel < 2**31 - 1
@@ -70,7 +111,7 @@ def test_padding_refuses_buffers_past_32_bit_offsets():
 
 def test_pad_spec_runs_no_problem():
     s = pad_spec("bf16")
-    assert s.label == "pad_bf16_b1024_w4" and s.kernarg_decl.names[:2] == ("src", "dst")
+    assert s.label == "pad_bf16_b2048_w4" and s.kernarg_decl.names[:4] == ("src0", "dst0", "src1", "dst1")
     with pytest.raises(AbiError, match="runs no problem"):
         s.check_problem(UNALIGNED)
     with pytest.raises(AbiError, match="one dtype"):
@@ -103,8 +144,8 @@ def test_padded_plan_matches_the_float64_reference(p, variant):
         out = from_bits(be.read_array(dwp, p.dw_numel, p.dw_dtype), p.dw_dtype).reshape(p.dw_shape)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
         fams = [r["spec"].family for r in be.launches[n0:]]
-        n_in = len(channel_padding(p).before)
-        assert fams[:n_in] == ["pad"] * n_in and fams[-1] == "pad" and fams[n_in] == "wgrad"
+        assert fams[0] == "pad" and fams[1] == "wgrad" and fams[-1] == "pad"  # x and/or dy in one launch
+        assert fams.count("pad") == 2 == len(channel_padding(p).launches)
 
 
 def test_padded_stream_k_plan_and_zeroed_arena_stay_clean():
@@ -122,19 +163,21 @@ def test_padded_plan_stages_in_scratch_after_the_kernels_own_scratch():
     xp, dyp, dwp, _ = F.random_device_inputs(be, UNALIGNED)
     plan.launch(dyp, xp, dwp)
     _, scratch = arenas(be, 0)
-    launches = be.launches[-5:]  # pad x, pad dy, main, Stage-2, pad dW
-    main = launches[2]["args"]
-    pad_dw = launches[4]["args"]
-    assert main["x"] == launches[0]["args"]["dst"] and main["dy"] == launches[1]["args"]["dst"]
-    assert main["dw"] == pad_dw["src"] and pad_dw["dst"] == dwp
+    launches = be.launches[-4:]  # pad x and dy, main, Stage-2, pad dW
+    main = launches[1]["args"]
+    pad_in, pad_dw = launches[0]["args"], launches[3]["args"]
+    assert (pad_in["src0"], pad_in["src1"]) == (xp, dyp)
+    assert main["x"] == pad_in["dst0"] and main["dy"] == pad_in["dst1"]
+    assert main["dw"] == pad_dw["src0"] and pad_dw["dst0"] == dwp and pad_dw["rows1"] == 0
     replicas_end = main["ws_ptr"] + main["ws_bytes"]
     staged = [main["x"], main["dy"], main["dw"]]
     assert all(replicas_end <= s < scratch.ptr + scratch.nbytes for s in staged)
     assert plan.workspace_bytes >= channel_padding(UNALIGNED).staging_bytes
+    assert [(d["operands"], d["grid"]) for d in plan.describe()["pad_launches"]] == [(["x", "dy"], launches[0]["grid"]), (["dw"], launches[3]["grid"])]
     # a second launch on the same pointers patches nothing and runs the same bytes
     before = [bytes(r["bytes"]) for r in launches]
     plan.launch(dyp, xp, dwp)
-    assert [bytes(r["bytes"]) for r in be.launches[-5:]] == before
+    assert [bytes(r["bytes"]) for r in be.launches[-4:]] == before
 
 
 def test_padded_plan_refuses_missing_or_foreign_pad_kernels():
@@ -233,32 +276,69 @@ def test_every_preset_builds_the_pad_kernels_it_needs():
 
 
 # -- the pad kernel itself, through the Triton interpreter ----------------------------------------
+# Each case is a problem's pad launches as the plan makes them (x and dy together, dW alone), or,
+# with "mix", one launch of two copies in a chosen order (a scatter in either slot). Destinations
+# (and a guard either side) are poisoned with NaN bits first; every element is checked, bit for bit.
 INTERP = r"""
 import json, sys
 import numpy as np, torch
 from skwgrad.abi.conv import parse_problem, ConvProblem
-from skwgrad.abi.padding import PAD_BLOCK, channel_padding
+from skwgrad.abi.padding import PAD_BLOCK, PadLaunch, channel_padding, vector_width
 from skwgrad.aot.kernels import pad
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+BITS = {"bf16": torch.int16, "fp16": torch.int16, "fp32": torch.int32}
+GUARD = 64
 out = []
 for case in json.loads(sys.stdin.read()):
-    p = ConvProblem(**{k: tuple(v) if isinstance(v, list) else v for k, v in case.items()})
+    p = parse_problem(case["problem"])
     padding = channel_padding(p)
-    rng = np.random.default_rng(p.c * 100 + p.k)
-    res = {}
-    for c in padding.copies:
-        src_rows = c.rows if c.operand != "dw" else p.g * padding.padded.k * p.z * p.y * p.x
-        src = torch.tensor(rng.standard_normal(src_rows * c.src_pitch), dtype=torch.float32)
-        dst = torch.full((c.numel + PAD_BLOCK,), float("nan"))  # poisoned, and a tail that must stay untouched
-        pad.pad_rows[(c.grid,)](src, dst, c.rows, c.width, c.src_pitch, c.dst_pitch, c.group_rows, c.src_group_rows, BLOCK=PAD_BLOCK)
-        r = np.arange(c.rows)
-        srow = (r // c.group_rows) * c.src_group_rows + r % c.group_rows
-        want = np.zeros((c.rows, c.dst_pitch), dtype=np.float32)
-        want[:, : c.width] = src.numpy()[srow[:, None] * c.src_pitch + np.arange(c.width)[None, :]]
-        res[c.operand] = {"equal": bool(np.array_equal(dst[: c.numel].numpy().reshape(c.rows, c.dst_pitch), want)),
-                          "tail": bool(dst[c.numel :].isnan().all())}
+    launches = padding.launches
+    if case.get("mix"):
+        by = {c.operand: c for c in padding.copies}
+        launches = (PadLaunch(tuple(by[o] for o in case["mix"])),)
+    rng = np.random.default_rng(len(case["problem"]))
+    res = {"launches": [list(pl.operands) for pl in launches], "grids": [pl.grid for pl in launches]}
+    for pl in launches:
+        bufs, checks = {}, []
+        for c in pl.copies:
+            src = torch.tensor(rng.standard_normal(c.src_rows * c.src_pitch), dtype=TORCH[c.dtype])
+            dst = torch.empty(c.numel + 2 * GUARD, dtype=TORCH[c.dtype])
+            dst.view(BITS[c.dtype]).fill_(0x7FBADBAD if c.dtype == "fp32" else 0x7FF1)  # NaN
+            bufs[c.operand] = (src, dst[GUARD : GUARD + c.numel])
+            checks.append((c, src, dst))
+        ptrs = pl.pointers(bufs)
+        pad.pad_rows[(pl.grid,)](**ptrs, **pl.scalars(), BLOCK=PAD_BLOCK, VEC=vector_width(pl.dtype))
+        for c, src, dst in checks:
+            bits = dst.view(BITS[c.dtype]).numpy()
+            r = np.arange(c.rows)
+            srow = (r // c.group_rows) * c.src_group_rows + r % c.group_rows
+            want = np.zeros((c.rows, c.dst_pitch), dtype=bits.dtype)
+            want[:, : c.width] = src.view(BITS[c.dtype]).numpy()[srow[:, None] * c.src_pitch + np.arange(c.width)[None, :]]
+            got = bits[GUARD : GUARD + c.numel].reshape(c.rows, c.dst_pitch)
+            poison = bits[0] 
+            res[c.operand] = {"equal": bool(np.array_equal(got, want)), "bad": int((got != want).sum()),
+                              "guards": bool((bits[:GUARD] == poison).all() and (bits[GUARD + c.numel :] == poison).all()),
+                              "scatter": c.scatter, "rows": c.rows, "dst_pitch": c.dst_pitch, "programs": c.grid}
     out.append(res)
 print(json.dumps(out))
 """
+
+PAD_CASES = {
+    # the stem: 3 -> 8 channels, one 16-byte vector per row, 300 rows (not a multiple of a CTA's 256)
+    "narrow_bf16": {"problem": "n=3,c=3,k=16,h=10,w=10,y=3,x=3,padding=1,dtype=bf16"},
+    # 250 -> 256 and 1036 -> 1040 (130 vectors a row), x and dy in one launch; dW scattered back
+    "wide_bf16": {"problem": "n=1,c=250,k=1036,h=3,w=3,y=1,x=1,dtype=bf16"},
+    "grouped_bf16": {"problem": "n=2,c=36,k=44,g=2,h=6,w=6,y=3,x=3,padding=1,dtype=bf16"},
+    "fp16": {"problem": "n=2,c=13,k=7,h=5,w=7,y=3,x=3,padding=1,dtype=fp16"},
+    "bf16_dw_fp32": {"problem": "n=2,c=20,k=12,h=6,w=6,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32"},
+    "both_fp32": {"problem": UNALIGNED.describe()},
+    "only_c_fp32": {"problem": ONLY_C.describe()},
+    "only_k_fp32": {"problem": ONLY_K.describe()},  # dW's rows aligned, K's padding rows dropped
+    "grouped_fp32": {"problem": GROUPED.describe()},
+    # one launch, two copies in either order: a scatter in slot 0 and in slot 1
+    "mix_scatter_first": {"problem": "n=2,c=36,k=44,g=2,h=6,w=6,y=3,x=3,padding=1,dtype=bf16", "mix": ["dw", "dy"]},
+    "mix_scatter_second": {"problem": "n=2,c=250,k=16,h=3,w=5,y=3,x=3,padding=1,dtype=fp16", "mix": ["x", "dw"]},
+}
 
 
 def test_pad_kernel_through_the_interpreter():
@@ -266,16 +346,46 @@ def test_pad_kernel_through_the_interpreter():
     import os
     import subprocess
 
-    cases = []
-    for p in (UNALIGNED, ONLY_C, ONLY_K, GROUPED):
-        d = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.init}
-        cases.append(d)
+    cases = list(PAD_CASES.values())
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parents[1]))
-    proc = subprocess.run([sys.executable, "-c", INTERP], input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", INTERP], input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(res) == 4
-    for p, r in zip((UNALIGNED, ONLY_C, ONLY_K, GROUPED), res):
-        assert set(r) == {c.operand for c in channel_padding(p).copies}
-        for op, v in r.items():
-            assert v["equal"] and v["tail"], (p.describe(), op, v)
+    res = dict(zip(PAD_CASES, json.loads(proc.stdout.strip().splitlines()[-1])))
+    seen = set()
+    for cid, r in res.items():
+        p = parse_problem(PAD_CASES[cid]["problem"])
+        pad = channel_padding(p)
+        ops = PAD_CASES[cid].get("mix") or [c.operand for c in pad.copies]
+        assert set(r) - {"launches", "grids"} == set(ops), cid
+        for op in ops:
+            v = r[op]
+            assert v["equal"] and v["guards"], (cid, op, v)
+            seen.add((p.dtype if op != "dw" else p.dw_dtype, v["scatter"]))
+        if "mix" not in PAD_CASES[cid]:
+            assert r["launches"] == [list(pl.operands) for pl in pad.launches], cid
+    # every dtype gathered; scatter of the half dtypes and fp32
+    assert {d for d, sc in seen if not sc} == {"bf16", "fp16", "fp32"}
+    assert {d for d, sc in seen if sc} == {"bf16", "fp16", "fp32"}
+    assert res["wide_bf16"]["launches"] == [["x", "dy"], ["dw"]] and res["narrow_bf16"]["launches"] == [["x"], ["dw"]]
+    assert res["narrow_bf16"]["x"]["rows"] % (2048 // 8) and res["narrow_bf16"]["x"]["programs"] == 2
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_pad_kernel_sm90_moves_whole_vectors_and_divides_per_vector(dtype):
+    """The sm_90 object: 16-byte stores (gather) and loads (scatter), no shared memory (no layout
+    conversion through it), no local memory, and as many row divisions as vectors per thread need
+    (one per gather vector, two per scatter vector: rows, then groups), not one per element."""
+    import re
+    import warnings
+
+    from skwgrad.abi.padding import PAD_BLOCK, PAD_WARPS
+    from skwgrad.aot.compile import compile_spec
+
+    warnings.filterwarnings("ignore")
+    md = compile_spec(pad_spec(dtype), "sm_90", keep_asm=True).metadata
+    ptx = md["_asm"]["ptx"]
+    assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx) and re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
+    assert md["shared"] == 0 and md["stack_bytes"] == 0 and ".shared" not in ptx
+    per_thread = PAD_BLOCK // vector_width(dtype) // (PAD_WARPS * 32)  # vectors per thread per copy
+    # (LLVM merges the two copy slots' identical bodies today; either way not W per vector)
+    assert 3 * per_thread <= len(re.findall(r"\bdiv\.u32\b", ptx)) <= 2 * 3 * per_thread

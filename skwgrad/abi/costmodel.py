@@ -452,20 +452,25 @@ _DEFAULT_PRIOR = (
 
 # -- channel padding (``skwgrad.abi.padding``) ------------------------------------------------------
 # A padded launch adds its copies to the main kernel's predicted time: a price per element moved
-# (read or written) plus a fixed cost per copy launched. Not terms of the fitted model (its timings
-# ran no copies). The pad kernel is issue-bound (an index division and a scalar load per element),
-# so its time follows elements, not bytes: over the 15 layers of H200 run H1 (copies' cost = padded
-# launch minus the same kernel on the padded problem; benchmarks/RESULTS.md, ninth session) the
-# least-squares fit by elements has 6.4% rms error against 9.3% by bytes: 0.84 elements per ps
-# (1.19 us per million) and 2.15 us per copy. AMD: the same prior, not measured.
+# (read or written) plus a fixed cost per pad launch (x and dy share one launch, dW's copy is its
+# own: ``ChannelPadding.launches``). Not terms of the fitted model (its timings ran no copies). The
+# values are the fit to the first pad kernel (an index division and a scalar load per element,
+# one launch per copy), which was issue-bound, so its time followed elements, not bytes: over the
+# 15 layers of H200 run H1 (copies' cost = padded launch minus the same kernel on the padded
+# problem; benchmarks/RESULTS.md, ninth session) the least-squares fit by elements had 6.4% rms
+# error against 9.3% by bytes: 0.84 elements per ps (1.19 us per million) and 2.15 us per copy.
+# The vectorised kernel (one row division per 16-byte vector, x and dy in one launch) is not
+# measured yet: these are its prior until benchmarks/gpu_padding.py refits them. AMD: the same
+# prior, not measured.
 PAD_ELEMENTS_PER_US = {"sm_90": 8.4e5}
 PAD_LAUNCH_US = 2.15
 
 
 def padding_us(padding, arch: str) -> float:
-    """Predicted device time of a ``ChannelPadding``'s copies (all of them, in and out)."""
+    """Predicted device time of a ``ChannelPadding``'s copies (all of them, in and out): the
+    elements they move, plus the fixed cost of each pad launch made."""
     rate = PAD_ELEMENTS_PER_US.get(arch, PAD_ELEMENTS_PER_US["sm_90"])
-    return sum(c.elements_moved / rate + PAD_LAUNCH_US for c in padding.copies)
+    return sum(c.elements_moved for c in padding.copies) / rate + PAD_LAUNCH_US * len(padding.launches)
 
 
 # -- co-residency without a device -----------------------------------------------------------------

@@ -46,6 +46,12 @@ SK_SCALARS = (
     "sk_extra_iters", "sk_pool", "sk_tree_rounds",
 )  # fmt: skip
 
+# The pad kernel (``skwgrad.abi.padding``) runs up to PAD_COPIES copies per launch, copy 0 on the
+# programs below ``split``, copy 1 on the rest: src0, dst0, src1, dst1, then each copy's scalars
+# (suffixed 0, 1), then split.
+PAD_COPIES = 2
+PAD_COPY_SCALARS = ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows", "scatter")
+
 FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad")
 HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
 SPLITK_EPILOGUES = ("direct", "atomic", "two_stage")
@@ -137,7 +143,7 @@ def declaration(family: str, variant: str) -> KernargDecl:
     ``wgrad``: variant is the split-K epilogue (direct, atomic, two_stage).
     ``wgrad_sk``: variant is the stream-K reduction (linear, tree, atomic, workspace).
     ``stage2``: variant is ``reduce``.
-    ``pad``: variant is ``rows`` (the channel-padding copy, ``skwgrad.abi.padding``).
+    ``pad``: variant is ``rows`` (the channel-padding copies, two per launch: ``skwgrad.abi.padding``).
     """
     if family == "wgrad":
         if variant not in SPLITK_EPILOGUES:
@@ -163,8 +169,8 @@ def declaration(family: str, variant: str) -> KernargDecl:
     elif family == "pad":
         if variant != "rows":
             raise AbiError(f"pad variant {variant!r} is not 'rows'")
-        args = [Arg("src", "ptr", "in"), Arg("dst", "ptr", "in"),
-                *(Arg(n, "i32") for n in ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows"))]  # fmt: skip
+        args = [*(Arg(f"{n}{i}", "ptr", "in") for i in range(PAD_COPIES) for n in ("src", "dst")),
+                *(Arg(f"{n}{i}", "i32") for i in range(PAD_COPIES) for n in PAD_COPY_SCALARS), Arg("split", "i32")]  # fmt: skip
     else:
         raise AbiError(f"kernel family {family!r} is not one of {', '.join(FAMILIES)}")
     names = [a.name for a in args]

@@ -13,8 +13,10 @@ when its channel count is unaligned), (2) the main kernel (and Stage-2) on the p
 a padded dW, (3) ``pad`` the padded dW back into the caller's ``[G, K, taps, C]``. The copies are
 one small kernel (``family "pad"``: ``skwgrad.aot.kernels.pad``) that writes every element of its
 destination, zeros past ``width``, so the staging buffers need no memset and hold anything at rest
-(the scratch arena). This module is the one place that decides the padded problem, the copies'
-shapes and the staging layout; the launcher and the cost model read it.
+(the scratch arena). One launch runs up to two copies: x and dy go together, dW's copy is its own
+launch (``PadLaunch``), so a padded launch makes two pad launches. This module is the one place
+that decides the padded problem, the copies' shapes, their launches and the staging layout; the
+launcher and the cost model read it.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import math
 from dataclasses import dataclass
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
-from skwgrad.abi.kernargs import I32_MAX
+from skwgrad.abi.kernargs import I32_MAX, PAD_COPIES, PAD_COPY_SCALARS
 from skwgrad.abi.workspace import ALIGN, _roundup
 from skwgrad.errors import ProblemError
 
-PAD_BLOCK = 1024  # destination elements per CTA of the pad kernel
+PAD_BLOCK = 2048  # elements per CTA of the pad kernel, of the side it walks (BLOCK / W 16-byte vectors)
 PAD_WARPS = 4
 
 
@@ -46,9 +48,14 @@ def pad_spec(dtype: str):
 
 @dataclass(frozen=True)
 class PadCopy:
-    """One launch of the pad kernel: ``dst[r, c] = src[row(r) * src_pitch + c] if c < width
+    """One copy of the pad kernel: ``dst[r, c] = src[row(r) * src_pitch + c] if c < width
     else 0`` for ``r < rows``, ``c < dst_pitch``, where ``row(r) = (r // group_rows) *
-    src_group_rows + r % group_rows`` (dW of several groups: each group's K rows out of K_pad)."""
+    src_group_rows + r % group_rows`` (dW of several groups: each group's K rows out of K_pad).
+
+    The kernel walks the 16-byte vectors of the padded side (``skwgrad.aot.kernels.pad``): the
+    destination (gather: x and dy into staging) when its pitch is a multiple of W and there are no
+    groups to drop (``row(r) = r``), else the source, whose pitch then must be (scatter: the
+    padded dW back into the caller's)."""
 
     operand: str  # "x" | "dy" | "dw"
     dtype: str
@@ -59,13 +66,41 @@ class PadCopy:
     group_rows: int
     src_group_rows: int
 
+    def __post_init__(self):
+        w = vector_width(self.dtype)
+        if not (0 < self.width <= min(self.src_pitch, self.dst_pitch) and 0 < self.group_rows <= self.src_group_rows
+                and self.rows % self.group_rows == 0):  # fmt: skip
+            raise ProblemError(f"pad copy of {self.operand}: inconsistent shape {self}")
+        if (self.src_pitch if self.scatter else self.dst_pitch) % w:
+            raise ProblemError(
+                f"pad copy of {self.operand}: the pitch the kernel walks ({'src' if self.scatter else 'dst'} "
+                f"{self.src_pitch if self.scatter else self.dst_pitch}) is not a multiple of {w} (16-byte vectors)"
+            )
+
+    @property
+    def scatter(self) -> bool:
+        """The kernel walks the source's vectors: the destination rows are not 16-byte aligned, or
+        rows of each group are dropped (dW); else it walks the destination's (gather)."""
+        return self.dst_pitch % vector_width(self.dtype) != 0 or self.group_rows != self.src_group_rows
+
+    @property
+    def src_rows(self) -> int:
+        return self.rows // self.group_rows * self.src_group_rows
+
     @property
     def numel(self) -> int:
+        """Destination elements (every one is written)."""
         return self.rows * self.dst_pitch
 
     @property
+    def walked(self) -> int:
+        """Elements of the side the kernel walks, in whole 16-byte vectors."""
+        return self.src_rows * self.src_pitch if self.scatter else self.numel
+
+    @property
     def grid(self) -> int:
-        return math.ceil(self.numel / PAD_BLOCK)
+        """Programs of this copy (of its launch's ``grid``)."""
+        return math.ceil(self.walked / PAD_BLOCK)
 
     @property
     def elements_moved(self) -> int:
@@ -78,7 +113,56 @@ class PadCopy:
 
     def scalars(self) -> dict[str, int]:
         return {"rows": self.rows, "width": self.width, "src_pitch": self.src_pitch, "dst_pitch": self.dst_pitch,
-                "group_rows": self.group_rows, "src_group_rows": self.src_group_rows}  # fmt: skip
+                "group_rows": self.group_rows, "src_group_rows": self.src_group_rows, "scatter": int(self.scatter)}  # fmt: skip
+
+
+# The scalars of an unused copy slot: no rows, and no programs in its launch.
+_NO_COPY = {"rows": 0, "width": 0, "src_pitch": 0, "dst_pitch": 0, "group_rows": 1, "src_group_rows": 1, "scatter": 0}
+
+
+@dataclass(frozen=True)
+class PadLaunch:
+    """One launch of the pad kernel: one or two copies of one dtype, copy 0 on the first
+    ``split`` programs, copy 1 on the rest. What the launcher enqueues and the cost model counts."""
+
+    copies: tuple[PadCopy, ...]
+
+    def __post_init__(self):
+        if not 1 <= len(self.copies) <= PAD_COPIES or len({c.dtype for c in self.copies}) != 1:
+            raise ProblemError(f"a pad launch runs one or {PAD_COPIES} copies of one dtype, not {self.copies}")
+
+    @property
+    def dtype(self) -> str:
+        return self.copies[0].dtype
+
+    @property
+    def operands(self) -> tuple[str, ...]:
+        return tuple(c.operand for c in self.copies)
+
+    @property
+    def split(self) -> int:
+        return self.copies[0].grid
+
+    @property
+    def grid(self) -> int:
+        return sum(c.grid for c in self.copies)
+
+    def scalars(self) -> dict[str, int]:
+        """The launch's scalar kernargs (an unused copy slot: no rows)."""
+        out = {"split": self.split}
+        for i in range(PAD_COPIES):
+            sc = self.copies[i].scalars() if i < len(self.copies) else _NO_COPY
+            out.update({f"{n}{i}": sc[n] for n in PAD_COPY_SCALARS})
+        return out
+
+    def pointers(self, buffers: dict) -> dict[str, int]:
+        """The launch's pointer kernargs from ``buffers[operand] = (src, dst)``; an unused slot
+        repeats copy 0's (the packer wants real pointers; no program reads them)."""
+        out = {}
+        for i in range(PAD_COPIES):
+            src, dst = buffers[self.copies[min(i, len(self.copies) - 1)].operand]
+            out[f"src{i}"], out[f"dst{i}"] = src, dst
+        return out
 
 
 @dataclass(frozen=True)
@@ -96,6 +180,21 @@ class ChannelPadding:
     @property
     def copies(self) -> tuple[PadCopy, ...]:
         return (*self.before, self.after)
+
+    @property
+    def launch_before(self) -> PadLaunch | None:
+        """The inputs' copies, one launch (None: neither x nor dy is padded)."""
+        return PadLaunch(self.before) if self.before else None
+
+    @property
+    def launch_after(self) -> PadLaunch:
+        """dW's copy, its own launch (it follows the main kernel)."""
+        return PadLaunch((self.after,))
+
+    @property
+    def launches(self) -> tuple[PadLaunch, ...]:
+        """The pad launches in order: the inputs' (when any), then dW's."""
+        return tuple(x for x in (self.launch_before, self.launch_after) if x is not None)
 
     @property
     def bytes_moved(self) -> int:
@@ -146,8 +245,8 @@ def channel_padding(problem: ConvProblem, width: int | None = None) -> ChannelPa
     # dW [G, K_pad, taps, C_pad] -> [G, K, taps, C]: per group K * taps rows out of K_pad * taps
     after = PadCopy("dw", p.dw_dtype, p.g * p.k * taps, p.c, cp, p.c, p.k * taps, kp * taps)
     for c in (*before, after):
-        src_rows = c.rows if c.operand != "dw" else p.g * kp * taps
-        if max(c.numel, src_rows * c.src_pitch) > I32_MAX:
+        # the kernel's element offsets (a CTA past the end included: masked lanes) stay in i32
+        if max(c.numel, c.src_rows * c.src_pitch) > I32_MAX - PAD_BLOCK:
             raise ProblemError(
                 f"padding {c.operand} of {problem.describe()} to {c.dst_pitch if c.operand != 'dw' else c.src_pitch} "
                 f"channels makes a buffer of more than {I32_MAX} elements (32-bit offsets): split the batch"
@@ -164,4 +263,4 @@ def padding_if_possible(problem: ConvProblem, width: int | None = None) -> Chann
         return None
 
 
-__all__ = ["ChannelPadding", "PadCopy", "channel_padding", "padding_if_possible", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_WARPS"]
+__all__ = ["ChannelPadding", "PadCopy", "PadLaunch", "channel_padding", "padding_if_possible", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_WARPS"]

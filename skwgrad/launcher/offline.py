@@ -61,6 +61,7 @@ def plan(problem_text, *, arch: str, cache, tile=None, streamk="auto", reduction
         "padded_problem": pad.padded.describe(), "what": pad.describe(), "staging_bytes": pad.staging_bytes,
         "offsets": dict(pad.offsets), "predicted_us": padding_us(pad, arch), "pad_kernels": [k.label for k in choice.pad_kernels],
         "copies": [{"operand": c.operand, "dtype": c.dtype, "grid": c.grid, **c.scalars()} for c in pad.copies],
+        "launches": [{"operands": list(pl.operands), "grid": pl.grid, "split": pl.split} for pl in pad.launches],
     }  # fmt: skip
     r["workspace"]["scratch_bytes"] = pad.scratch_bytes(r["workspace"]["scratch_bytes"])
     return r

@@ -463,8 +463,9 @@ class Plan:
 class PaddedPlan(Plan):
     """A plan that runs the vector kernels on a problem whose channel counts they cannot load,
     through channel padding (``skwgrad.abi.padding``): each launch copies x and/or dy into
-    channel-padded staging buffers (the ``pad`` kernel writes the zeros too), runs the main kernel
-    (and Stage-2) on the padded problem into a padded dW, and copies dW back out. The staging
+    channel-padded staging buffers (the ``pad`` kernel writes the zeros too; x and dy in one
+    launch), runs the main kernel (and Stage-2) on the padded problem into a padded dW, and copies
+    dW back out (a second pad launch). The staging
     buffers lie in the scratch arena after the main kernel's own scratch, so warm arenas, graph
     capture and graph-private workspace work as for any plan.
 
@@ -479,19 +480,21 @@ class PaddedPlan(Plan):
         self.problem = problem
         self.padding = padding
         self.pad_kernels = dict(pad_kernels)
-        self._copies = []  # (copy, its loaded pad kernel), in launch order
-        for copy in padding.copies:
-            k = self.pad_kernels.get(copy.dtype)
+        self._pads = []  # (PadLaunch, its loaded pad kernel, grid), in launch order: the inputs' (if any), dW's
+        for pl in padding.launches:
+            k = self.pad_kernels.get(pl.dtype)
             if k is None:
                 raise CacheError(
-                    f"channel padding of {problem.describe()} needs the {copy.dtype} pad kernel and none was given; "
+                    f"channel padding of {problem.describe()} needs the {pl.dtype} pad kernel and none was given; "
                     f"build it with `skwgrad compile-all --arch {backend.arch} --dtype {problem.dtype}`"
                 )
-            if k.spec.family != "pad" or k.spec.dtype != copy.dtype:
-                raise ProblemError(f"{k.label} is not the {copy.dtype} pad kernel")
+            if k.spec.family != "pad" or k.spec.dtype != pl.dtype:
+                raise ProblemError(f"{k.label} is not the {pl.dtype} pad kernel")
             if k.arch != backend.arch:
                 raise ProblemError(f"pad kernel {k.label} was built for {k.arch}, the device is {backend.arch}")
-            self._copies.append((copy, load_helper(k, backend, {"src": _DUMMY_PTR, "dst": _DUMMY_PTR, **copy.scalars()})))
+            dummy = pl.pointers({op: (_DUMMY_PTR, _DUMMY_PTR) for op in pl.operands})
+            self._pads.append((pl, load_helper(k, backend, {**dummy, **pl.scalars()}), pl.grid))
+        self._pad_inputs = self._pads[0][0].operands if len(self._pads) == 2 else ()
         kernel_scratch = self._scratch_bytes if self._needs_ws else 0
         self._stage_off = padding.staging_offset(kernel_scratch)
         self._scratch_bytes = padding.scratch_bytes(kernel_scratch)
@@ -502,24 +505,23 @@ class PaddedPlan(Plan):
     def dw_nbytes(self) -> int:
         return self._user_dw_nbytes
 
-    def _copy(self, i: int, src: int, dst: int, stream: int) -> None:
-        copy, h = self._copies[i]
-        if h.last != (src, dst):
-            h.packer.pack_into(h.buf.data, "src", src)
-            h.packer.pack_into(h.buf.data, "dst", dst)
-            h.last = (src, dst)
-        self.backend.launch(h.fn, copy.grid, h.threads, h.shared, h.buf, stream)
+    def _pad(self, i: int, pairs: tuple, stream: int) -> None:
+        """Launch pad launch ``i`` on ``pairs``: (src, dst) per copy, in its copies' order."""
+        pl, h, grid = self._pads[i]
+        if h.last != pairs:
+            for name, value in pl.pointers(dict(zip(pl.operands, pairs))).items():
+                h.packer.pack_into(h.buf.data, name, value)
+            h.last = pairs
+        self.backend.launch(h.fn, grid, h.threads, h.shared, h.buf, stream)
 
     def _enqueue(self, dy: int, x: int, dw: int, z: int, s: int, stream: int) -> None:
         st = s + self._stage_off
         staged = {op: st + off for op, off in self.padding.offsets.items()}
-        user = {"x": x, "dy": dy}
-        n = len(self._copies) - 1  # the inputs' copies, then the kernel, then dW's copy
-        for i in range(n):
-            op = self._copies[i][0].operand
-            self._copy(i, user[op], staged[op], stream)
+        if self._pad_inputs:  # x and/or dy into staging: one launch
+            user = {"x": x, "dy": dy}
+            self._pad(0, tuple((user[op], staged[op]) for op in self._pad_inputs), stream)
         super()._enqueue(staged.get("dy", dy), staged.get("x", x), staged["dw"], z, s, stream)
-        self._copy(n, staged["dw"], dw, stream)
+        self._pad(len(self._pads) - 1, ((staged["dw"], dw),), stream)  # then dW out: its own launch
 
     def describe(self) -> dict:
         d = super().describe()
@@ -527,6 +529,7 @@ class PaddedPlan(Plan):
         d["padded_problem"] = self.kernel_problem.describe()
         d["padding"] = self.padding.describe()
         d["pad_kernels"] = sorted({k.label for k in self.pad_kernels.values()})
+        d["pad_launches"] = [{"operands": list(pl.operands), "grid": grid, "split": pl.split} for pl, _, grid in self._pads]
         return d
 
     def __repr__(self):
