@@ -134,8 +134,18 @@ def test_kill_9_of_the_coordinator_kills_its_workers_and_leaves_a_valid_cache(tm
     assert p.returncode == -signal.SIGKILL
     survived = dict(rows(path))
     assert 2 <= len(survived) < len(items)
-    r = cli("cache", "verify", "--cache", str(path))
-    assert r.stdout.startswith(f"ok: {len(survived)} entries")
+    # every indexed entry verifies. The kill may land between an entry's row record and its index
+    # commit: verify then reports exactly that (the store's documented crash window), which the
+    # resume below repairs; an object not yet named by a row is a note
+    r = subprocess.run([*CLI, "cache", "verify", "--cache", str(path)], capture_output=True, text=True, timeout=600)
+    lines = r.stdout.splitlines()
+    problems = [ln for ln in lines if ln.startswith("PROBLEM: ")]
+    assert all(ln.startswith(("note: ", "PROBLEM: ", "ok: ")) for ln in lines), r.stdout
+    if problems:
+        assert r.returncode == 1 and len(problems) == 1 and "1 entry recorded in" in problems[0], r.stdout
+        assert "missing from the index" in problems[0] and "rebuild-index" in problems[0], r.stdout
+    else:
+        assert r.returncode == 0 and lines[-1].startswith(f"ok: {len(survived)} entries"), r.stdout
     # the dead builder's temp folder (results in transit, Triton caches, compiler temp files) is
     # the only thing it left in TMPDIR, and it is reclaimed
     left = os.listdir(tmp)
