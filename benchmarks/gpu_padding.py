@@ -4,8 +4,9 @@ candidate, auto, and PyTorch's own weight gradient; every launch verified agains
 
     python benchmarks/gpu_padding.py --cache DIR --corpus benchmarks/shapes/v1_unaligned.csv --out out.json
 
-The copies' measured cost is fitted to ``bytes / bandwidth + launches x fixed`` (least squares over
-the rows), the form ``skwgrad.abi.costmodel.padding_us`` prices them by.
+The copies' measured cost is fitted to ``gather elements / rate + scatter elements / rate +
+launches x fixed`` (least squares on relative error over the rows), the form
+``skwgrad.abi.costmodel.padding_us`` prices them by.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def main():
 
                 row.update(padding=pad.describe(), pad_bytes=pad.bytes_moved, pad_copies=len(pad.copies), pad_launches=len(pad.launches),
                            pad_elements=sum(c.elements_moved for c in pad.copies),
+                           pad_gather_elements=sum(c.elements_moved for c in pad.copies if not c.scatter),
+                           pad_scatter_elements=sum(c.elements_moved for c in pad.copies if c.scatter),
                            pad_predicted_us=padding_us(pad, be.arch))  # fmt: skip
                 row.update(run(auto, "auto"), auto_padded=auto.padding is not None)
                 if plain:
@@ -148,11 +151,14 @@ def main():
             print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items() if k != "csv"}), flush=True)
     fit = {}
     pts = [r for r in rows if "copies_us" in r]
-    if len(pts) >= 3:
-        A = np.array([[r["pad_bytes"], r["pad_launches"]] for r in pts], dtype=float)
+    if len(pts) >= 4:  # costmodel.padding_us's form: gather and scatter elements at their rates, plus launches
+        A = np.array([[r["pad_gather_elements"], r["pad_scatter_elements"], r["pad_launches"]] for r in pts], dtype=float)
         y = np.array([r["copies_us"] for r in pts])
-        (inv_bw, per_launch), *_ = np.linalg.lstsq(A, y, rcond=None)
-        fit = {"bytes_per_us": (1.0 / inv_bw) if inv_bw > 0 else None, "launch_us": per_launch,
+        w = 1.0 / np.maximum(y, 1e-3)  # relative error
+        (g, sc, per_launch), *_ = np.linalg.lstsq(A * w[:, None], y * w, rcond=None)
+        pred = A @ np.array([g, sc, per_launch])
+        fit = {"gather_elements_per_us": (1.0 / g) if g > 0 else None, "scatter_elements_per_us": (1.0 / sc) if sc > 0 else None,
+               "launch_us": per_launch, "rms_relative_error": float(np.sqrt(np.mean(((pred - y) / y) ** 2))),
                "rows": len(pts)}  # fmt: skip
     def gm(xs):
         xs = [x for x in xs if x]

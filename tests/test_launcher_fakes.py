@@ -373,8 +373,8 @@ def _store(be, ptr, values, dtype):
 
 def _emulate_pad(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     """The pad kernel's two copies (skwgrad.aot.kernels.pad), after checking the grid covers each
-    copy's vectors exactly as the kernel splits it."""
-    from skwgrad.abi.padding import PAD_BLOCK, vector_width
+    copy exactly as the kernel splits it."""
+    from skwgrad.abi.padding import PAD_BLOCK, PAD_SCATTER_COLS, vector_width
 
     st = np.dtype(_STORE[spec.dtype])
     w = vector_width(spec.dtype)
@@ -387,12 +387,14 @@ def _emulate_pad(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
             continue
         if not 0 < width <= dp or width > sp or rows % gr or scatter not in (0, 1):
             raise FakeFault(f"pad copy {i}: width {width}, pitches ({sp}, {dp}), rows {rows}/{gr}, scatter {scatter}")
-        if (sp if scatter else dp) % w:
-            raise FakeFault(f"pad copy {i}: the walked pitch is not a multiple of {w}")
+        if not scatter and dp % w:
+            raise FakeFault(f"pad copy {i}: a gather's destination pitch is not a multiple of {w}")
         if not scatter and gr != sgr:
             raise FakeFault(f"pad copy {i}: a gather maps row r to r; it cannot drop rows of groups ({gr} of {sgr})")
-        walked = rows // gr * sgr * sp if scatter else rows * dp
-        programs.append(-(-walked // PAD_BLOCK))
+        if scatter:  # tiles of destination rows by PAD_SCATTER_COLS columns
+            programs.append(-(-rows // (PAD_BLOCK // PAD_SCATTER_COLS)) * -(-dp // PAD_SCATTER_COLS))
+        else:  # PAD_BLOCK destination elements
+            programs.append(-(-rows * dp // PAD_BLOCK))
         r = np.arange(rows)
         srow = (r // gr) * sgr + r % gr
         n_src = int(srow.max()) * sp + width

@@ -459,3 +459,23 @@ def test_tune_top_times_what_auto_would_run_first():
     assert {r["family"] for r in rows} == {"dwconv"}
     dense = parse_problem("n=8,c=64,k=64,h=28,w=28,y=3,x=3,padding=1")
     assert S.all_choices(dense, c, arch="sm_90", cus=132, occupancy=occ(2))[0].predicted_us is not None
+
+
+def test_packed_tiles_hold_their_groups_rows_four_channels_per_group_take_the_16_group_tile():
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    # 4 output channels per group: GB 16 fills a 64-row tile; GB 8 half fills it (kept: G = 24 has no 16)
+    for g, want in ((32, {(16, 64, 128), (8, 64, 128), (8, 64, 64)}), (24, {(8, 64, 128), (8, 64, 64)})):
+        p = parse_problem(f"n=16,c={4 * g},k={4 * g},g={g},h=56,w=56,y=3,x=3,padding=1")
+        r = S.rank_choices(p, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+        got = {(x.spec.block, x.spec.bm, x.spec.bn) for x in r.choices if x.spec.family == "grouped"}
+        assert got == want, (g, got)
+    # 8 per group: the 16-group tile would load x for 16 groups and use 8: rejected, with the reason
+    rx = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")
+    r = S.rank_choices(rx, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    assert {x.spec.block for x in r.choices if x.spec.family == "grouped"} == {8}
+    why = [x.why for x in r.rejected if "_g16_" in x.label]
+    assert why and all("packs 16 groups of 8 output channels into a 64-row tile" in w for w in why)

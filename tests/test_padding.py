@@ -63,9 +63,9 @@ def test_padded_problem_copies_and_staging(p):
 
 @pytest.mark.parametrize("p", [UNALIGNED, ONLY_C, ONLY_K, GROUPED], ids=["both", "only_c", "only_k", "grouped"])
 def test_two_pad_launches_their_grids_and_their_price(p):
-    from skwgrad.abi.costmodel import PAD_ELEMENTS_PER_US, PAD_LAUNCH_US
+    from skwgrad.abi.costmodel import PAD_GATHER_ELEMENTS_PER_US, PAD_LAUNCH_US, PAD_SCATTER_ELEMENTS_PER_US
     from skwgrad.abi.kernargs import PAD_COPY_SCALARS, declaration
-    from skwgrad.abi.padding import PAD_BLOCK
+    from skwgrad.abi.padding import PAD_BLOCK, PAD_SCATTER_COLS
 
     pad = channel_padding(p)
     assert [pl.operands for pl in pad.launches] == [tuple(c.operand for c in pad.before), ("dw",)]
@@ -79,21 +79,28 @@ def test_two_pad_launches_their_grids_and_their_price(p):
             assert sc["rows1"] == 0 and pl.grid == pl.split
         for i, c in enumerate(pl.copies):
             assert {n: sc[f"{n}{i}"] for n in PAD_COPY_SCALARS} == c.scalars()
-            walked = c.src_rows * c.src_pitch if c.scatter else c.rows * c.dst_pitch
-            assert (c.src_pitch if c.scatter else c.dst_pitch) % w == 0 and c.grid == -(-walked // PAD_BLOCK)
+            if c.scatter:  # tiles of PAD_BLOCK / PAD_SCATTER_COLS destination rows by PAD_SCATTER_COLS columns
+                tile_rows = PAD_BLOCK // PAD_SCATTER_COLS
+                assert c.grid == -(-c.rows // tile_rows) * -(-c.dst_pitch // PAD_SCATTER_COLS)
+            else:  # PAD_BLOCK destination elements, whole 16-byte vectors
+                assert c.dst_pitch % w == 0 and c.grid == -(-c.rows * c.dst_pitch // PAD_BLOCK)
     assert [c.scatter for c in pad.before] == [False] * len(pad.before)
     assert pad.after.scatter == (p.c % w != 0 or p.k % w != 0)
-    elements = sum(c.elements_moved for c in pad.copies)
-    assert padding_us(pad, "sm_90") == pytest.approx(elements / PAD_ELEMENTS_PER_US["sm_90"] + 2 * PAD_LAUNCH_US)
+    rate = {False: PAD_GATHER_ELEMENTS_PER_US["sm_90"], True: PAD_SCATTER_ELEMENTS_PER_US["sm_90"]}
+    moved = sum(c.elements_moved / rate[c.scatter] for c in pad.copies)
+    assert padding_us(pad, "sm_90") == pytest.approx(moved + 2 * PAD_LAUNCH_US)
 
 
-def test_a_copy_whose_pitches_are_both_unaligned_is_refused():
+def test_copies_take_the_path_their_alignment_allows_and_bad_shapes_are_refused():
     from skwgrad.abi.padding import PadCopy, PadLaunch
 
-    with pytest.raises(ProblemError, match="multiple of 8"):
-        PadCopy("x", "bf16", 10, 3, 3, 5, 10, 10)
-    with pytest.raises(ProblemError, match="multiple of 8"):  # dropping rows of groups walks the source
-        PadCopy("dw", "bf16", 10, 3, 3, 8, 5, 6)
+    # a scatter (unaligned destination rows, or rows of groups dropped) walks destination rows:
+    # neither side needs 16-byte rows; a gather (aligned destination, no groups) its vectors
+    assert PadCopy("x", "bf16", 10, 3, 3, 5, 10, 10).scatter and not PadCopy("x", "bf16", 10, 3, 3, 8, 10, 10).scatter
+    assert PadCopy("dw", "bf16", 10, 3, 3, 8, 5, 6).scatter
+    for bad in ((10, 9, 8, 8, 10, 10), (10, 3, 3, 8, 4, 3), (10, 3, 3, 8, 4, 6)):  # width past a pitch; groups
+        with pytest.raises(ProblemError, match="inconsistent"):
+            PadCopy("x", "bf16", *bad)
     assert PadCopy("dw", "bf16", 10, 3, 8, 3, 5, 6).scatter and PadCopy("dw", "bf16", 10, 8, 8, 8, 5, 6).scatter
     x = PadCopy("x", "bf16", 10, 3, 3, 8, 10, 10)
     with pytest.raises(ProblemError, match="one dtype"):
@@ -283,7 +290,7 @@ INTERP = r"""
 import json, sys
 import numpy as np, torch
 from skwgrad.abi.conv import parse_problem, ConvProblem
-from skwgrad.abi.padding import PAD_BLOCK, PadLaunch, channel_padding, vector_width
+from skwgrad.abi.padding import PAD_BLOCK, PAD_SCATTER_COLS, PadLaunch, channel_padding, vector_width
 from skwgrad.aot.kernels import pad
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BITS = {"bf16": torch.int16, "fp16": torch.int16, "fp32": torch.int32}
@@ -307,7 +314,7 @@ for case in json.loads(sys.stdin.read()):
             bufs[c.operand] = (src, dst[GUARD : GUARD + c.numel])
             checks.append((c, src, dst))
         ptrs = pl.pointers(bufs)
-        pad.pad_rows[(pl.grid,)](**ptrs, **pl.scalars(), BLOCK=PAD_BLOCK, VEC=vector_width(pl.dtype))
+        pad.pad_rows[(pl.grid,)](**ptrs, **pl.scalars(), BLOCK=PAD_BLOCK, VEC=vector_width(pl.dtype), COLS=PAD_SCATTER_COLS)
         for c, src, dst in checks:
             bits = dst.view(BITS[c.dtype]).numpy()
             r = np.arange(c.rows)
@@ -371,21 +378,26 @@ def test_pad_kernel_through_the_interpreter():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-def test_pad_kernel_sm90_moves_whole_vectors_and_divides_per_vector(dtype):
-    """The sm_90 object: 16-byte stores (gather) and loads (scatter), no shared memory (no layout
-    conversion through it), no local memory, and as many row divisions as vectors per thread need
-    (one per gather vector, two per scatter vector: rows, then groups), not one per element."""
+def test_pad_kernel_sm90_gathers_whole_vectors_and_divides_per_vector_or_row(dtype):
+    """The sm_90 object: 16-byte stores of the gather, element-wide coalesced loads and stores of
+    the scatter (its destination rows are unaligned), no shared memory (no layout conversion
+    through it), no local memory, and row divisions per gather vector and per scatter row (two
+    rows of a thread's 16 elements), not per element."""
     import re
     import warnings
 
-    from skwgrad.abi.padding import PAD_BLOCK, PAD_WARPS
+    from skwgrad.abi.padding import PAD_BLOCK, PAD_SCATTER_COLS, PAD_WARPS
     from skwgrad.aot.compile import compile_spec
 
     warnings.filterwarnings("ignore")
     md = compile_spec(pad_spec(dtype), "sm_90", keep_asm=True).metadata
     ptx = md["_asm"]["ptx"]
-    assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx) and re.search(r"ld\.global(\.\w+)*\.v4\.b32", ptx)
+    assert re.search(r"st\.global(\.\w+)*\.v4\.b32", ptx)
     assert md["shared"] == 0 and md["stack_bytes"] == 0 and ".shared" not in ptx
-    per_thread = PAD_BLOCK // vector_width(dtype) // (PAD_WARPS * 32)  # vectors per thread per copy
-    # (LLVM merges the two copy slots' identical bodies today; either way not W per vector)
-    assert 3 * per_thread <= len(re.findall(r"\bdiv\.u32\b", ptx)) <= 2 * 3 * per_thread
+    threads = PAD_WARPS * 32
+    gather_vectors = PAD_BLOCK // vector_width(dtype) // threads  # per thread per copy
+    scatter_elements = PAD_BLOCK // threads
+    scatter_rows = (PAD_BLOCK // PAD_SCATTER_COLS) // PAD_WARPS  # a warp per row of the tile
+    divs = len(re.findall(r"\bdiv\.[us]32\b", ptx))
+    # (LLVM may merge the two copy slots' bodies; either way far fewer than one per element)
+    assert gather_vectors + scatter_rows <= divs <= 2 * (gather_vectors + 2 * scatter_rows + 2) < 2 * scatter_elements

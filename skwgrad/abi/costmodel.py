@@ -452,25 +452,27 @@ _DEFAULT_PRIOR = (
 
 # -- channel padding (``skwgrad.abi.padding``) ------------------------------------------------------
 # A padded launch adds its copies to the main kernel's predicted time: a price per element moved
-# (read or written) plus a fixed cost per pad launch (x and dy share one launch, dW's copy is its
-# own: ``ChannelPadding.launches``). Not terms of the fitted model (its timings ran no copies). The
-# values are the fit to the first pad kernel (an index division and a scalar load per element,
-# one launch per copy), which was issue-bound, so its time followed elements, not bytes: over the
-# 15 layers of H200 run H1 (copies' cost = padded launch minus the same kernel on the padded
-# problem; benchmarks/RESULTS.md, ninth session) the least-squares fit by elements had 6.4% rms
-# error against 9.3% by bytes: 0.84 elements per ps (1.19 us per million) and 2.15 us per copy.
-# The vectorised kernel (one row division per 16-byte vector, x and dy in one launch) is not
-# measured yet: these are its prior until benchmarks/gpu_padding.py refits them. AMD: the same
-# prior, not measured.
-PAD_ELEMENTS_PER_US = {"sm_90": 8.4e5}
-PAD_LAUNCH_US = 2.15
+# (read or written) by each kind of copy, plus a fixed cost per pad launch (x and dy share one
+# launch, dW's copy is its own: ``ChannelPadding.launches``). Not terms of the fitted model (its
+# timings ran no copies). Fitted on H200 run I3 (benchmarks/RESULTS.md, tenth session; copies'
+# cost = padded launch minus the same kernel on the padded problem, 15 layers), weighted least
+# squares on relative error, 5.8% rms: the gathers (x, dy into staging, 16-byte stores) 2.1
+# elements per ns, 2.0 us per launch. A single rate for all copies fitted no better than 21%:
+# I3's scatter (dW back out, lanes' stores 16 bytes apart) moved 0.35 elements per ns. The
+# scatter since then walks rows with coalesced element-wide loads and stores; until a GPU run
+# refits it, its prior is half the gather's rate. AMD: the same, not measured.
+PAD_GATHER_ELEMENTS_PER_US = {"sm_90": 2.1e6}
+PAD_SCATTER_ELEMENTS_PER_US = {"sm_90": 1.05e6}
+PAD_LAUNCH_US = 2.0
 
 
 def padding_us(padding, arch: str) -> float:
     """Predicted device time of a ``ChannelPadding``'s copies (all of them, in and out): the
-    elements they move, plus the fixed cost of each pad launch made."""
-    rate = PAD_ELEMENTS_PER_US.get(arch, PAD_ELEMENTS_PER_US["sm_90"])
-    return sum(c.elements_moved for c in padding.copies) / rate + PAD_LAUNCH_US * len(padding.launches)
+    elements each kind of copy moves at its rate, plus the fixed cost of each pad launch made."""
+    gather = PAD_GATHER_ELEMENTS_PER_US.get(arch, PAD_GATHER_ELEMENTS_PER_US["sm_90"])
+    scatter = PAD_SCATTER_ELEMENTS_PER_US.get(arch, PAD_SCATTER_ELEMENTS_PER_US["sm_90"])
+    moved = sum(c.elements_moved / (scatter if c.scatter else gather) for c in padding.copies)
+    return moved + PAD_LAUNCH_US * len(padding.launches)
 
 
 # -- co-residency without a device -----------------------------------------------------------------

@@ -32,6 +32,7 @@ from skwgrad.errors import ProblemError
 
 PAD_BLOCK = 2048  # elements per CTA of the pad kernel, of the side it walks (BLOCK / W 16-byte vectors)
 PAD_WARPS = 4
+PAD_SCATTER_COLS = 256  # columns of a scatter program's tile (PAD_BLOCK / 256 = 8 destination rows: each thread then maps 2 rows for its 16 elements)
 
 
 def vector_width(dtype: str) -> int:
@@ -52,10 +53,9 @@ class PadCopy:
     else 0`` for ``r < rows``, ``c < dst_pitch``, where ``row(r) = (r // group_rows) *
     src_group_rows + r % group_rows`` (dW of several groups: each group's K rows out of K_pad).
 
-    The kernel walks the 16-byte vectors of the padded side (``skwgrad.aot.kernels.pad``): the
-    destination (gather: x and dy into staging) when its pitch is a multiple of W and there are no
-    groups to drop (``row(r) = r``), else the source, whose pitch then must be (scatter: the
-    padded dW back into the caller's)."""
+    A gather (x and dy into staging: the destination's pitch a multiple of W, no groups to drop,
+    ``row(r) = r``) walks the destination's 16-byte vectors; a scatter (the padded dW back into the
+    caller's unaligned rows) walks tiles of destination rows (``skwgrad.aot.kernels.pad``)."""
 
     operand: str  # "x" | "dy" | "dw"
     dtype: str
@@ -71,16 +71,13 @@ class PadCopy:
         if not (0 < self.width <= min(self.src_pitch, self.dst_pitch) and 0 < self.group_rows <= self.src_group_rows
                 and self.rows % self.group_rows == 0):  # fmt: skip
             raise ProblemError(f"pad copy of {self.operand}: inconsistent shape {self}")
-        if (self.src_pitch if self.scatter else self.dst_pitch) % w:
-            raise ProblemError(
-                f"pad copy of {self.operand}: the pitch the kernel walks ({'src' if self.scatter else 'dst'} "
-                f"{self.src_pitch if self.scatter else self.dst_pitch}) is not a multiple of {w} (16-byte vectors)"
-            )
+        if not self.scatter and self.dst_pitch % w:
+            raise ProblemError(f"pad copy of {self.operand}: a gather's destination pitch {self.dst_pitch} is not a multiple of {w} (16-byte vectors)")
 
     @property
     def scatter(self) -> bool:
-        """The kernel walks the source's vectors: the destination rows are not 16-byte aligned, or
-        rows of each group are dropped (dW); else it walks the destination's (gather)."""
+        """The destination rows are not 16-byte aligned, or rows of each group are dropped (dW):
+        the kernel walks tiles of destination rows; else the destination's vectors (gather)."""
         return self.dst_pitch % vector_width(self.dtype) != 0 or self.group_rows != self.src_group_rows
 
     @property
@@ -93,14 +90,12 @@ class PadCopy:
         return self.rows * self.dst_pitch
 
     @property
-    def walked(self) -> int:
-        """Elements of the side the kernel walks, in whole 16-byte vectors."""
-        return self.src_rows * self.src_pitch if self.scatter else self.numel
-
-    @property
     def grid(self) -> int:
-        """Programs of this copy (of its launch's ``grid``)."""
-        return math.ceil(self.walked / PAD_BLOCK)
+        """Programs of this copy (of its launch's ``grid``): a gather's PAD_BLOCK destination
+        elements each, a scatter's tile of PAD_BLOCK / PAD_SCATTER_COLS rows by PAD_SCATTER_COLS columns."""
+        if self.scatter:
+            return math.ceil(self.rows / (PAD_BLOCK // PAD_SCATTER_COLS)) * math.ceil(self.dst_pitch / PAD_SCATTER_COLS)
+        return math.ceil(self.numel / PAD_BLOCK)
 
     @property
     def elements_moved(self) -> int:
@@ -263,4 +258,4 @@ def padding_if_possible(problem: ConvProblem, width: int | None = None) -> Chann
         return None
 
 
-__all__ = ["ChannelPadding", "PadCopy", "PadLaunch", "channel_padding", "padding_if_possible", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_WARPS"]
+__all__ = ["ChannelPadding", "PadCopy", "PadLaunch", "channel_padding", "padding_if_possible", "pad_spec", "vector_width", "PAD_BLOCK", "PAD_SCATTER_COLS", "PAD_WARPS"]

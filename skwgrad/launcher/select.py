@@ -367,6 +367,24 @@ def _drop_narrow_packed_tiles(kernels, problem: ConvProblem, arch: str, rejected
     return out
 
 
+def _drop_overfull_packed_tiles(kernels, problem: ConvProblem, rejected: list) -> list:
+    """Packed-group kernels that pack more groups than their M tile holds (GB * K > BM: each tile
+    then loads x for GB groups and uses BM / K of them) go when another packed kernel holds its
+    groups' rows (GB * K <= BM): ResNeXt's 8 channels per group on the 16-group 64-row tile built
+    for 4 channels per group."""
+    grouped = [k for k in kernels if k.spec.family == "grouped"]
+    if not any(k.spec.block * problem.k <= k.spec.bm for k in grouped):
+        return kernels
+    out = []
+    for k in kernels:
+        if k.spec.family == "grouped" and k.spec.block * problem.k > k.spec.bm:
+            rejected.append(Rejected(k.label, f"packs {k.spec.block} groups of {problem.k} output channels into a {k.spec.bm}-row tile, "
+                                              f"and a packed tile that holds its groups' rows runs this problem"))  # fmt: skip
+            continue
+        out.append(k)
+    return out
+
+
 def rank_choices(problem: ConvProblem, cache, *, arch: str, cus: int, options: LaunchOptions, occupancy=None,
                  exclude=frozenset(), model: CostModel | None = None) -> Ranking:  # fmt: skip
     """The search: every (kernel, pool or ks_count) of the dense families that ``options`` allow,
@@ -437,6 +455,7 @@ def _search(problem: ConvProblem, cache, *, arch: str, cus: int, o: LaunchOption
                 rejected_here.append(Rejected(k.label, f"{k.spec.variant} is not deterministic"))
         kernels += widest([k for k in ks if o.allows(k.spec.variant)], problem)
     kernels = _drop_narrow_packed_tiles(kernels, problem, arch, rejected_here)
+    kernels = _drop_overfull_packed_tiles(kernels, problem, rejected_here)
     if "wgrad_sk" in fams and "wgrad" in fams and _narrower_streamk(cache, arch, problem, tile):
         # Scalar loads cost far more than stream-K saves (H200, C=100/K=60: vec-1 stream-K 339 us,
         # vec-4 split-K 27 us): auto never trades vector width for stream-K.
