@@ -454,16 +454,15 @@ _DEFAULT_PRIOR = (
 # A padded launch adds its copies to the main kernel's predicted time: a price per element moved
 # (read or written) by each kind of copy, plus a fixed cost per pad launch (x and dy share one
 # launch, dW's copy is its own: ``ChannelPadding.launches``). Not terms of the fitted model (its
-# timings ran no copies). Fitted on H200 run I3 (benchmarks/RESULTS.md, tenth session; copies'
-# cost = padded launch minus the same kernel on the padded problem, 15 layers), weighted least
-# squares on relative error, 5.8% rms: the gathers (x, dy into staging, 16-byte stores) 2.1
-# elements per ns, 2.0 us per launch. A single rate for all copies fitted no better than 21%:
-# I3's scatter (dW back out, lanes' stores 16 bytes apart) moved 0.35 elements per ns. The
-# scatter since then walks rows with coalesced element-wide loads and stores; until a GPU run
-# refits it, its prior is half the gather's rate. AMD: the same, not measured.
-PAD_GATHER_ELEMENTS_PER_US = {"sm_90": 2.1e6}
-PAD_SCATTER_ELEMENTS_PER_US = {"sm_90": 1.05e6}
-PAD_LAUNCH_US = 2.0
+# timings ran no copies). Copies' cost = padded launch minus the same kernel on the padded problem
+# (benchmarks/gpu_padding.py, 15 layers; benchmarks/RESULTS.md, tenth session), least squares on
+# relative error. H200 run I4: gathers (x, dy into staging, 16-byte stores) 2.3 elements per ns,
+# the row-tiled scatter (dW back out) 1.3, 2.3 us per launch; 9.2% rms. One rate for both kinds
+# fitted no better than 21% (run I3, whose scatter moved 0.35 elements per ns). AMD: the same,
+# not measured.
+PAD_GATHER_ELEMENTS_PER_US = {"sm_90": 2.3e6}
+PAD_SCATTER_ELEMENTS_PER_US = {"sm_90": 1.3e6}
+PAD_LAUNCH_US = 2.3
 
 
 def padding_us(padding, arch: str) -> float:
