@@ -203,9 +203,9 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")
         return shape_ok and s.variant in ("direct", split) and mode_ok
-    if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 16 and 8 at 64x128
+    if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 at 64x64, 16 and 8 at 64x128
         tile = (s.block, s.bm, s.bn)
-        tiles = ((4, 32, 64), (8, 64, 64)) + (((16, 64, 128), (8, 64, 128)) if s.dtype != "fp32" else ())
+        tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128)) if s.dtype != "fp32" else ())
         return s.spatial_dims == 2 and s.vec_c == s.vec_k == w and tile in tiles and s.variant in ("direct", "two_stage")
     if s.spatial_dims == 3 and s.pointwise:
         return False

@@ -820,14 +820,16 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
 
 # -- packed-group family (``grouped``) ----------------------------------------------------------
 # (GB groups per tile, BM): GB * K = BM for K = 4, 8, 16 per group at BM 32 and 64; BN = BK = 64
-# (and 128: GROUPED_WIDE_GB), 4 warps. Vector widths (W, W) (GB * C and GB * K are multiples of 8 for these K) and (1, 1)
+# (and the 16-bit GROUPED_DEFAULT_16BIT tiles), 4 warps. Vector widths (W, W) (GB * C and GB * K are multiples of 8 for these K) and (1, 1)
 # on the 2-D two-stage kernels. ``--tiles`` names the dense tiles, so with it none is added.
 GROUPED_CONFIGS = ((2, 32), (4, 32), (8, 32), (4, 64), (8, 64), (16, 64))
-# The default's 64x128 packed tiles (16-bit inputs), for 4 channels per group: GB = 16 fills the
-# 64 rows (4 x 16), and GB = 8 (half the rows) where G is not a multiple of 16, with two taps of
-# x per tile. H200 run I3 (13 packed-group rows, every candidate timed): auto 1.18-1.32x faster
-# on the three 4-channel rows with a cached tile for them, unchanged on the ten others.
-GROUPED_WIDE_GB = (16, 8)
+# The default's other packed tiles (16-bit inputs), (GB, BM, BN): GB * K = BM = 64 for 16 and 4
+# channels per group, and GB = 8 at 64x128 (half the rows) where G is not a multiple of 16.
+# H200 runs I3 / I5, every candidate timed (benchmarks/RESULTS.md, tenth session): 4 channels per
+# group, auto 1.18-1.32x faster on the three rows with a cached tile for them; 16 per group, the
+# 4-group 64-row tile 1.13-1.78x faster than the default's best on 17 of 19 rows (the other two
+# have no G % 4 == 0), geomean 1.35x.
+GROUPED_DEFAULT_16BIT = ((4, 64, 64), (16, 64, 128), (8, 64, 128))
 GROUPED_SMOKE = (4, 32)
 
 
@@ -858,9 +860,9 @@ def grouped_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Kernel
             for variant in ("direct", "two_stage"):
                 out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, vec=W))
         if dtype != "fp32":
-            out += [_grouped_spec(variant, dtype, dw, prec, gb, 64, arch, vec=W, bn=128)
-                    for prec, dw, gb, variant in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), GROUPED_WIDE_GB,
-                                                                   ("direct", "two_stage"))]  # fmt: skip
+            out += [_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, vec=W, bn=bn)
+                    for prec, dw, (gb, bm, bn), variant in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype),
+                                                                             GROUPED_DEFAULT_16BIT, ("direct", "two_stage"))]  # fmt: skip
         return out
     for prec, dw, dims, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), (2, 3), GROUPED_CONFIGS):
         for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
