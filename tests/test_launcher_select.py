@@ -461,14 +461,15 @@ def test_tune_top_times_what_auto_would_run_first():
     assert S.all_choices(dense, c, arch="sm_90", cus=132, occupancy=occ(2))[0].predicted_us is not None
 
 
-def test_packed_tiles_hold_their_groups_rows_four_channels_per_group_take_the_16_group_tile():
+def test_packed_tiles_of_the_best_fill_are_ranked():
     from skwgrad.aot.sweep import sweep
 
     c = F.FakeCache()
     for it in sweep("default", ["sm_90"], ["bf16"]):
         c.add(it.spec, it.arch)
-    # 4 output channels per group: GB 16 fills a 64-row tile; GB 8 half fills it (kept: G = 24 has no 16)
-    for g, want in ((32, {(16, 64, 128), (8, 64, 128), (8, 64, 64)}), (24, {(8, 64, 128), (8, 64, 64)})):
+    # 4 output channels per group: GB 16 fills a 64-row tile, the half-filled ones go; G = 24 has no
+    # 16, so the best fill there is a half (and the 32-row tile of that fill gives way to the 64-row ones)
+    for g, want in ((32, {(16, 64, 128)}), (24, {(8, 64, 128), (8, 64, 64)})):
         p = parse_problem(f"n=16,c={4 * g},k={4 * g},g={g},h=56,w=56,y=3,x=3,padding=1")
         r = S.rank_choices(p, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
         got = {(x.spec.block, x.spec.bm, x.spec.bn) for x in r.choices if x.spec.family == "grouped"}
@@ -478,4 +479,9 @@ def test_packed_tiles_hold_their_groups_rows_four_channels_per_group_take_the_16
     r = S.rank_choices(rx, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
     assert {x.spec.block for x in r.choices if x.spec.family == "grouped"} == {8}
     why = [x.why for x in r.rejected if "_g16_" in x.label]
-    assert why and all("packs 16 groups of 8 output channels into a 64-row tile" in w for w in why)
+    assert why and all("packs 16 groups of 8 output channels into 64 rows (fill 2)" in w for w in why)
+    assert any("_g4_64x64x64_" in x.label and "(fill 0.5), and a packed tile filled 1 runs" in x.why for x in r.rejected)
+    # 16 per group: the 4-group 64-row tile alone
+    p16 = parse_problem("n=16,c=256,k=256,g=16,h=28,w=28,y=3,x=3,padding=1")
+    r = S.rank_choices(p16, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    assert {(x.spec.block, x.spec.bm, x.spec.bn) for x in r.choices if x.spec.family == "grouped"} == {(4, 64, 64)}
