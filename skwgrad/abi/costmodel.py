@@ -43,6 +43,8 @@ co-residency on a CU and the CU count):
              instruction. Zero for the vector kernels (collinear with ``epilogue`` otherwise).
              Measured (H200, runs H1/H2): a 5x5 522->1036 layer on the 1-wide 128x128 kernel,
              whose fp32 dW is 54 MB, ran 96 us against 50 predicted without it.
+             ``main_loads_narrow``: likewise the loads beyond 16-byte ones, per thread, on the
+             critical path (1-wide 128x128 kernels ran 1.43x their prediction, 64x64 1.03x).
 ``fixup_*``  stream-K: the partials the owner waits for and reads (linear: one after the other;
              tree: one per round); ``fixup_atomic``: the atomic adds of the workspace / atomic
              reductions, device-wide per CU (K elements): the L2 executes them and the issuing
@@ -87,7 +89,9 @@ from skwgrad.errors import ProblemError
 MODEL_VERSION = 7  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
-# price of the packed-group loop; 7: the narrow tile stores of unaligned dW rows
+# price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
+# shipped sm_90 constants: H200 runs I1/I2 timed a fit with them beside the shipped constants on new
+# shapes and it picked no better; a device calibration fits them)
 
 # (family, variant) classes with a fixed cost of their own (prologue, epilogue and scheduling
 # differences the other terms do not see): one 0/1 term each.
