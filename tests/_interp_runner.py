@@ -82,6 +82,8 @@ def run(case):
         "dp_tiles": part.dp_tiles if part else geo.tiling.num_tiles,
         "ks_count": geo.ks_count,
         "zeroed_left_nonzero": int(torch.count_nonzero(zeroed)),  # the zero-at-rest contract
+        "zeroed_bytes": lay.arena_bytes("zeroed"),  # what of it the launch used (flags, a workspace replica)
+        "dw_numel": p.dw_numel,
     }
 
 

@@ -35,7 +35,13 @@ def dws(variant="two_stage", dtype="bf16", dw=None, *, vec=8, bc=64, taps=16, br
 
 
 def specs():
-    return dw_specs() + grouped_smoke()
+    return dw_specs() + grouped_smoke() + [gs("workspace")]
+
+
+def gs(variant, dtype="bf16", dw=None, *, gb=8, bm=64, vec=8):
+    """A packed-group kernel (the default's 8 groups x 8 channels tile)."""
+    return KernelSpec("grouped", variant, dtype, dw or dtype, vec_c=vec, vec_k=vec, bm=bm, bn=64, bk=64, block=gb,
+                      num_warps=4, num_stages=2)  # fmt: skip
 
 
 def grouped_smoke():
@@ -113,7 +119,7 @@ def test_amd_no_scratch_no_mfma_no_flags(built, spec, arch):
     if spec.vec_c * {"bf16": 2, "fp16": 2, "fp32": 4}[spec.dtype] == 16:
         # gfx950 loads MMA operands straight into LDS (global_load_lds_dwordx4)
         assert re.search(r"^\s*(global|buffer)_load(_lds)?_dwordx4\b", isa, re.M), "no 16-byte channel-vector load"
-    if spec.variant == "atomic":
+    if spec.variant in ("atomic", "workspace"):  # fp32 atomics into dW, or into the workspace replica
         assert re.search(r"^\s*(global|buffer)_atomic_add_f32\b", isa, re.M)
 
 

@@ -7,7 +7,8 @@ stride 2, dilation 2, asymmetric padding, channel blocks past G (partial), chann
 1, 2, 4 and 8, row steps that carry into n every step, and the four epilogues (direct, atomic into
 fp32 dW, two-stage into f32 replicas + Stage-2, workspace: atomics into one f32 replica + Stage-2) at fp16, bf16 and fp32 with dW in the input dtype
 and in fp32. Also the packed-group family (``grouped``: GB groups block-diagonal in one MMA tile)
-on g = 2, 4, 8 shapes, 2-D and 3-D, every epilogue. Runs through tests/_interp_runner.py, the
+on g = 2, 4, 8 shapes, 2-D and 3-D, every epilogue. The zeroed arena starts zero (as the launcher
+keeps it) and must be zero again after Stage-2. Runs through tests/_interp_runner.py, the
 runner of the dense families.
 """
 
@@ -68,6 +69,10 @@ CASES = [
      gspec("direct", "fp32", gb=4, vec=4, bm=16, bn=32), 1),
     ("grouped_3d_g4_fp16_two_stage", "n=1,c=16,k=16,g=4,d=3,h=4,w=4,z=3,y=3,x=3,padding=1,dtype=fp16",
      gspec("two_stage", gb=2, vec=8, sd=3), 2),
+    # grouped workspace: every split adds its diagonal blocks into one f32 replica (zeroed arena), Stage-2 resets it
+    ("grouped_g8_c4_fp16_workspace", "n=2,c=32,k=32,g=8,h=7,w=6,y=3,x=3,padding=1,dtype=fp16", gspec("workspace"), 3),
+    ("grouped_g4_c3k6_vec4_fp32_workspace", "n=2,c=12,k=24,g=4,h=6,w=7,y=3,x=3,padding=2,dilation=2,dtype=fp32",
+     gspec("workspace", "fp32", gb=4, vec=4, bm=16, bn=32), 2),
 ]
 
 
@@ -82,6 +87,7 @@ def test_depthwise_interpreter_numerics(results, case):
     r = results[case]
     assert r["label"].startswith(("dwconv_", "grouped_"))
     assert r["rel_err"] <= r["tol"], r
+    assert r["zeroed_left_nonzero"] == 0, r  # Stage-2 reset the workspace replica (zero at rest)
 
 
 def test_cases_cover_what_they_claim(results):
@@ -103,4 +109,5 @@ def test_cases_cover_what_they_claim(results):
     assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace"}
     assert {c[2]["vec_c"] for c in CASES if c[2]["family"] == "dwconv"} == {1, 2, 4, 8}
     assert {c[2]["mode"] for c in CASES if c[2]["family"] == "dwconv"} == {"", "taps"}
-    assert {c[2]["variant"] for c in CASES if c[2]["family"] == "grouped"} == {"direct", "atomic", "two_stage"}
+    assert {c[2]["variant"] for c in CASES if c[2]["family"] == "grouped"} == {"direct", "atomic", "two_stage", "workspace"}
+    assert all(results[c[0]]["zeroed_bytes"] >= 4 * results[c[0]]["dw_numel"] for c in CASES if c[2]["variant"] == "workspace")

@@ -13,9 +13,10 @@ from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import Packer, declaration, problem_scalars
 from skwgrad.errors import AbiError
 
-WGRAD = [("wgrad", v) for v in ("direct", "atomic", "two_stage")]
+WGRAD = [("wgrad", v) for v in ("direct", "atomic", "two_stage", "workspace")]
 WGRAD_SK = [("wgrad_sk", v) for v in ("linear", "tree", "atomic", "workspace")]
-ALL_WGRAD = WGRAD + WGRAD_SK  # the 7 declarations that share the prefix
+GROUPED = [("grouped", v) for v in ("direct", "atomic", "two_stage", "workspace")]
+ALL_WGRAD = WGRAD + WGRAD_SK  # the 8 declarations that share the prefix
 
 PROBLEM_NAMES = [
     "N", "G", "C", "K", "Di", "Hi", "Wi", "Z", "Y", "X", "Do", "Ho", "Wo",
@@ -55,7 +56,7 @@ def test_prefix_names_in_order(family, variant):
 
 def test_prefix_offsets_identical_in_every_variant():
     layouts = {fv: slots_of(declaration(*fv))[0] for fv in ALL_WGRAD}
-    assert len(layouts) == 7
+    assert len(layouts) == 8
     reference = {n: layouts[("wgrad", "direct")][n] for n in PREFIX}
     for fv, offs in layouts.items():
         assert {n: offs[n] for n in PREFIX} == reference, fv
@@ -76,9 +77,11 @@ def test_streamk_args_come_after_ks_count(family, variant):
     assert all(offs[n] > offs["ks_count"] for n in tail)
 
 
-@pytest.mark.parametrize("family, variant", WGRAD)
+@pytest.mark.parametrize("family, variant", WGRAD + GROUPED)
 def test_splitk_has_nothing_after_ks_count(family, variant):
     assert list(declaration(family, variant).names) == PREFIX
+    # the packed-group kernels take the split-K declaration itself, slot for slot
+    assert declaration(family, variant).layout() == declaration("wgrad", variant).layout()
 
 
 @pytest.mark.parametrize("family, variant", [*ALL_WGRAD, ("stage2", "reduce")])
@@ -107,11 +110,11 @@ def test_linear_layout_pads_before_flags():
     assert atomic["sk_iters_per_tile"] == 132
 
 
-@pytest.mark.parametrize("family, variant", ALL_WGRAD)
+@pytest.mark.parametrize("family, variant", ALL_WGRAD + GROUPED)
 def test_workspace_slot_reserved_unless_used(family, variant):
     decl = declaration(family, variant)
     by_name = {a.name: a for a in decl.args}
-    uses_ws = variant in ("two_stage", "workspace")
+    uses_ws = variant in ("two_stage", "workspace")  # the f32 replica(s) of dW: split-K and stream-K alike
     assert by_name["ws_ptr"].reserved is (not uses_ws)
     assert by_name["ws_bytes"].reserved is (not uses_ws)
     assert decl.args[ka.WS_INDEX].name == "ws_ptr"
@@ -128,7 +131,8 @@ def test_stage2_declaration():
 @pytest.mark.parametrize(
     "family, variant, match",
     [
-        ("wgrad", "linear", "wgrad epilogue 'linear' is not one of direct, atomic, two_stage"),
+        ("wgrad", "linear", "wgrad epilogue 'linear' is not one of direct, atomic, two_stage, workspace"),
+        ("grouped", "tree", "grouped epilogue 'tree' is not one of direct, atomic, two_stage, workspace"),
         ("wgrad_sk", "two_stage", "stream-K reduction 'two_stage' is not one of linear, tree, atomic, workspace"),
         ("wgrad_sk", "", "stream-K reduction '' is not one of"),
         ("stage2", "sum", "stage2 variant 'sum' is not 'reduce'"),
@@ -371,8 +375,10 @@ def test_kernel_parameter_lists_match_declarations():
     """The Triton kernels' runtime parameters are the declaration, in order (the kernels module
     asserts this at import; check it from the outside too)."""
     wgrad = pytest.importorskip("skwgrad.aot.kernels.wgrad")
+    grouped = pytest.importorskip("skwgrad.aot.kernels.grouped")
     for fn, decls in (
         (wgrad.wgrad_splitk, WGRAD),
+        (grouped.grouped_wgrad, GROUPED),
         (wgrad.wgrad_streamk, [("wgrad_sk", "atomic"), ("wgrad_sk", "workspace")]),
         (wgrad.wgrad_streamk_fixup, [("wgrad_sk", "linear"), ("wgrad_sk", "tree")]),
     ):

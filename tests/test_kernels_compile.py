@@ -1,7 +1,7 @@
 """Every kernel family compiles for gfx942 and gfx950 on this GPU-less machine, and the AMD code
 objects are what the ABI and the flag protocol say: kernarg layout from the NT_AMDGPU_METADATA
 note, MFMA in the ISA, L2 writeback before every flag publish and invalidate after every flag
-acquire, no scratch (spills)."""
+acquire, no scratch (spills), fp32 atomics in exactly the split-K epilogues that accumulate."""
 
 import re
 import warnings
@@ -21,7 +21,7 @@ BASE = dict(dtype="bf16", dw_dtype="bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=32
 
 def specs():
     out = [KernelSpec("wgrad", "direct", **BASE), KernelSpec("wgrad", "two_stage", **BASE),
-           KernelSpec("wgrad", "atomic", **{**BASE, "dw_dtype": "fp32"})]  # fmt: skip
+           KernelSpec("wgrad", "atomic", **{**BASE, "dw_dtype": "fp32"}), KernelSpec("wgrad", "workspace", **BASE)]  # fmt: skip
     for mode in ("dp_sk", "persistent"):
         for red in ("linear", "tree", "workspace"):
             out.append(KernelSpec("wgrad_sk", red, mode=mode, **BASE))
@@ -79,6 +79,11 @@ def test_no_scratch_and_mfma(built, spec, arch):
     isa = md["_asm"]["amdgcn"]
     if spec.family not in ("stage2", "pad"):
         assert re.search(r"^\s*v_mfma_f32_\w+", isa, re.M), "no MFMA instruction in a wgrad kernel"
+    if spec.family == "wgrad":
+        # the split-K epilogues that accumulate (into dW, or into the workspace replica) add with
+        # fp32 atomics; direct and two_stage store
+        atomics = re.search(r"^\s*(global|buffer)_atomic_add_f32\b", isa, re.M)
+        assert bool(atomics) == (spec.variant in ("atomic", "workspace")), spec.label
 
 
 @pytest.mark.parametrize("arch", ARCHES)

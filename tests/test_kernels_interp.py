@@ -1,7 +1,9 @@
 """Numerics of the wgrad kernels through the Triton interpreter (CPU), against float64.
 
 Only reductions where no CTA waits on another can run here (the interpreter runs CTAs one after
-another): split-K direct/atomic/two-stage and stream-K atomic/workspace in both launch modes.
+another): split-K direct/atomic/two-stage/workspace and stream-K atomic/workspace in both launch
+modes. dW and the scratch arena start poisoned (NaN), the zeroed arena zero (as the launcher keeps
+it); a workspace replica must be zero again after Stage-2.
 bf16 is left to the GPU checks: the interpreter's bf16 loads are not faithful (seen with Triton
 3.9: a bf16 direct wgrad came back with values off by 1e10 while fp16/fp32 matched).
 """
@@ -47,6 +49,12 @@ def cases():
     add("splitk_direct_pointwise", "pointwise", spec("wgrad", "direct", pw=True), ks_count=1)
     add("splitk_two_stage_depthwise", "depthwise", spec("wgrad", "two_stage", vec=1, bm=16, bn=16, bk=32), ks_count=2)
     add("splitk_direct_3d", "3d", spec("wgrad", "direct", sd=3), ks_count=1)
+    # workspace: every split adds into one f32 replica in the zeroed arena; Stage-2 casts and resets it
+    add("splitk_workspace_dense", "dense", spec("wgrad", "workspace"), ks_count=4)
+    add("splitk_workspace_dense_every_iteration", "dense", spec("wgrad", "workspace"), ks_count=11)  # one iteration a split
+    add("splitk_workspace_one_split", "strided", spec("wgrad", "workspace"), ks_count=1)
+    add("splitk_workspace_fp32_3d", "3d", spec("wgrad", "workspace", "fp32", vec=4, sd=3), ks_count=3)
+    add("splitk_workspace_pointwise", "pointwise", spec("wgrad", "workspace", pw=True), ks_count=2)
     for mode in ("dp_sk", "persistent"):
         # pool 4 on 4 tiles x 11 iterations: all-DP; pool 3: one DP wave + SK; pool 7: SK over every tile
         add(f"sk_{mode}_workspace_dense_mix", "dense", spec("wgrad_sk", "workspace", mode=mode), pool=3)
@@ -80,3 +88,7 @@ def test_partitions_cover_what_they_claim(results):
     assert results["sk_dp_sk_atomic_dense"]["sk_ctas"] > 0 and results["sk_dp_sk_atomic_dense"]["dp_tiles"] == 0
     assert results["sk_dp_sk_workspace_alldp"]["sk_ctas"] == 0
     assert results["splitk_two_stage_strided"]["ks_count"] == 4
+    # the workspace cases ran the split counts they name, through a replica in the zeroed arena
+    ws = {c["id"]: c for c in cases() if c["spec"]["variant"] == "workspace" and c["spec"]["family"] == "wgrad"}
+    assert {results[i]["ks_count"] for i in ws} == {1, 2, 3, 4, 11}
+    assert all(results[i]["zeroed_bytes"] >= 4 * results[i]["dw_numel"] for i in ws)

@@ -45,12 +45,29 @@ def test_label_format(kw, label):
     assert spec(**kw).label == label
 
 
-@pytest.mark.parametrize("variant", ["direct", "atomic", "two_stage"])
+@pytest.mark.parametrize("variant", ["direct", "atomic", "two_stage", "workspace"])
 def test_splitk_labels_carry_no_streamk_fields(variant):
     s = KernelSpec(**{**SPLITK, "variant": variant, "dw_dtype": "fp32" if variant == "atomic" else "bf16"})
     dw = "_dwfp32" if variant == "atomic" else ""
     assert s.label == f"wgrad_bf16{dw}_2d_v8v8_128x128x64_w8s2_{variant}"
-    assert not any(m in s.label for m in ("dpsk", "persistent", "linear", "tree", "pool", "ks"))
+    stem = s.label.removesuffix(f"_{variant}")  # ("workspace" itself spells "ks")
+    assert not any(m in stem for m in ("dpsk", "persistent", "linear", "tree", "pool", "ks"))
+
+
+@pytest.mark.parametrize("dtype, dw, prec, vec", [("bf16", "bf16", "", 8), ("fp16", "fp16", "", 8), ("bf16", "fp32", "", 8),
+                                               ("fp32", "fp32", "ieee", 4), ("fp32", "fp32", "tf32", 4)])  # fmt: skip
+def test_splitk_and_grouped_workspace_accept_16bit_and_fp32(dtype, dw, prec, vec):
+    # the split-K workspace epilogue: any dW dtype the family takes (its replica is f32 whatever dW is)
+    base = dict(dtype=dtype, dw_dtype=dw, precision=prec, vec_c=vec, vec_k=vec, mode="")
+    s = KernelSpec(**{**SPLITK, **base, "variant": "workspace"})
+    g = KernelSpec(**{**SPLITK, **base, "family": "grouped", "variant": "workspace", "block": 4, "bm": 64, "bn": 64})
+    dt = dtype + prec + (f"_dw{dw}" if dw != dtype else "")
+    assert s.label == f"wgrad_{dt}_2d_v{vec}v{vec}_128x128x64_w8s2_workspace"
+    assert g.label == f"grouped_{dt}_2d_v{vec}v{vec}_g4_64x64x64_w8s2_workspace"
+    assert s.label != KernelSpec(**{**SK, **base, "mode": "dp_sk", "variant": "workspace"}).label  # not the stream-K kernel's
+    assert s.kernarg_decl == declaration("wgrad", "workspace") and g.kernarg_decl == declaration("grouped", "workspace")
+    s.check_problem(ConvProblem(n=2, c=16, k=16, hi=8, wi=8, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1), dtype=dtype,
+                                dw_dtype=dw, precision=prec))  # fmt: skip
 
 
 def test_stage2_label():
@@ -59,7 +76,7 @@ def test_stage2_label():
 
 
 def _valid_specs():
-    for family, variant in [("wgrad", v) for v in ("direct", "atomic", "two_stage")] + [
+    for family, variant in [("wgrad", v) for v in ("direct", "atomic", "two_stage", "workspace")] + [
         ("wgrad_sk", v) for v in ("linear", "tree", "atomic", "workspace")
     ]:
         modes = ("dp_sk", "persistent") if family == "wgrad_sk" else ("",)

@@ -101,12 +101,15 @@ def test_flag_reductions(variant, sk_ctas, per_cta, bm, bn):
     assert not w.zero_dw and w.replicas == 0 and not w.needs_stage2
 
 
-def test_workspace_reduction():
-    w = workspace_layout("wgrad_sk", "workspace", dw_numel=DW, sk_ctas=9)
+@pytest.mark.parametrize("family, ks", [("wgrad_sk", 1), ("wgrad", 1), ("wgrad", 2), ("wgrad", 79), ("wgrad", 1000)])
+def test_workspace_reduction(family, ks):
+    w = workspace_layout(family, "workspace", dw_numel=DW, sk_ctas=9, ks_count=ks)
     r = w.region("replicas")
-    # accumulated with atomics, so it must start at zero: the zeroed arena, and Stage-2 resets it
+    # accumulated with atomics (stream-K segments, or every split-K split), so it must start at
+    # zero: the zeroed arena, and Stage-2 resets it; one replica whatever the split count
     assert (r.arena, r.offset, r.nbytes) == ("zeroed", 0, 4 * DW)
     assert w.replicas == 1 and w.needs_stage2 and w.stage2_reset and w.arena_bytes("zeroed") == roundup(4 * DW)
+    assert w.arena_bytes("scratch") == 0 and [x.name for x in w.regions] == ["replicas"]
     assert not w.zero_dw
 
 
@@ -124,7 +127,7 @@ def test_region_lookup_refuses_unknown():
         ("wgrad_sk", "linear", dict(bm=0, bn=16, sk_ctas=4, flags_per_cta=1), "needs the tile BM x BN"),
         ("wgrad_sk", "tree", dict(bm=16, bn=0, sk_ctas=4, flags_per_cta=1), "needs the tile BM x BN"),
         ("wgrad_sk", "linear", dict(bm=16, bn=16, sk_ctas=4, flags_per_cta=0), "flags_per_cta > 0"),
-        ("wgrad", "workspace", {}, "unknown split-K epilogue 'workspace'"),
+        ("wgrad", "linear", {}, "unknown split-K epilogue 'linear'"),
         ("wgrad_sk", "two_stage", {}, "unknown stream-K reduction 'two_stage'"),
         ("stage2", "reduce", {}, "family 'stage2' has no workspace layout"),
     ],
@@ -217,7 +220,35 @@ def test_streamk_geometry(variant, mode, pool):
         assert geo.stage2_grid == 0
 
 
-@pytest.mark.parametrize("family, variant", [("wgrad", "two_stage"), ("wgrad", "direct"), ("wgrad_sk", "linear"), ("wgrad_sk", "workspace")])
+@pytest.mark.parametrize("ks", [1, 3, 50])
+def test_splitk_workspace_geometry(ks):
+    # any ks_count: one replica in the zeroed arena, a one-replica Stage-2 that resets it
+    geo = launch_geometry(PROB, "wgrad", "workspace", bm=64, bn=64, bk=32, ks_count=ks)
+    assert geo.ks_count == ks and geo.grid == 16 * ks and geo.partition is None
+    assert geo.workspace == workspace_layout("wgrad", "workspace", dw_numel=PROB.dw_numel, ks_count=ks)
+    assert geo.scalars["ws_bytes"] == geo.workspace.region("replicas").nbytes == 4 * PROB.dw_numel
+    assert geo.stage2_grid == math.ceil(PROB.dw_numel / STAGE2_BLOCK)
+    assert geo.stage2_scalars == {"numel": PROB.dw_numel, "replicas": 1, "reset": 1}
+    assert not geo.workspace.zero_dw and geo.workspace.arena_bytes("scratch") == 0
+
+
+def test_grouped_geometry_takes_the_wgrad_layouts_of_the_real_dw():
+    from skwgrad.abi.conv import parse_problem
+
+    p = parse_problem("n=4,c=64,k=64,g=8,h=14,w=14,y=3,x=3,padding=1")  # 8 channels per group
+    for variant, ks in (("two_stage", 4), ("workspace", 4), ("workspace", 13), ("atomic", 4), ("direct", 1)):
+        geo = launch_geometry(p, "grouped", variant, bm=64, bn=64, bk=64, ks_count=ks, groups_per_tile=8)
+        want = workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=geo.ks_count)
+        assert geo.workspace.regions == want.regions and geo.workspace.family == "grouped"
+        assert (geo.workspace.replicas, geo.workspace.stage2_reset) == (want.replicas, want.stage2_reset)
+        assert ("ws_bytes" in geo.scalars) == (variant in ("two_stage", "workspace"))
+        if variant == "workspace":
+            assert geo.scalars["ws_bytes"] == 4 * p.dw_numel and geo.stage2_scalars["replicas"] == 1
+            assert geo.workspace.region("replicas").arena == "zeroed"
+
+
+@pytest.mark.parametrize("family, variant", [("wgrad", "two_stage"), ("wgrad", "direct"), ("wgrad", "workspace"),
+                                             ("wgrad_sk", "linear"), ("wgrad_sk", "workspace")])  # fmt: skip
 def test_scalars_are_every_scalar_kernarg(family, variant):
     kw = dict(mode="dp_sk", pool=7, flags_per_cta=1) if family == "wgrad_sk" else {}
     geo = launch_geometry(PROB, family, variant, bm=64, bn=64, bk=32, **kw)

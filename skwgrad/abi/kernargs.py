@@ -16,7 +16,9 @@ Layout (SPEC section 4)::
 
 ``ws_ptr``/``ws_bytes`` keep their slot in every wgrad variant, so the prefix up to ``ks_count``
 has one layout everywhere; a variant with no workspace has them *reserved*: the packer writes
-null/0 and refuses a caller-supplied workspace. Pads are the low (left) pads: the high pads
+null/0 and refuses a caller-supplied workspace. They are live for the variants that reduce through
+f32 replicas of dW (``WORKSPACE_VARIANTS``): split-K ``two_stage`` (ks_count replicas) and
+``workspace`` (one replica, atomics), and stream-K ``workspace``. Pads are the low (left) pads: the high pads
 only decide the output size, which travels as Do/Ho/Wo.
 
 Pointers are 8 bytes, scalars little-endian i32, each at its natural alignment. Every pointer is
@@ -54,8 +56,12 @@ PAD_COPY_SCALARS = ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "sr
 
 FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad")
 HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
-SPLITK_EPILOGUES = ("direct", "atomic", "two_stage")
+# Split-K epilogues: direct (ks_count = 1), atomic (fp32 dW), two_stage (a whole f32 replica per
+# split, summed in order: deterministic), workspace (atomics into one f32 replica that Stage-2
+# reduces and zeroes again: no per-split replica and a one-replica Stage-2 at any ks_count).
+SPLITK_EPILOGUES = ("direct", "atomic", "two_stage", "workspace")
 SK_REDUCTIONS = ("linear", "tree", "atomic", "workspace")
+WORKSPACE_VARIANTS = ("two_stage", "workspace")  # the variants whose ws_ptr / ws_bytes are live
 FLAG_REDUCTIONS = ("linear", "tree")  # reductions that hand partials over through flags
 
 
@@ -140,7 +146,7 @@ def _prefix(workspace: bool) -> list[Arg]:
 def declaration(family: str, variant: str) -> KernargDecl:
     """The ordered kernarg declaration of one kernel family and variant.
 
-    ``wgrad``: variant is the split-K epilogue (direct, atomic, two_stage).
+    ``wgrad``: variant is the split-K epilogue (direct, atomic, two_stage, workspace).
     ``wgrad_sk``: variant is the stream-K reduction (linear, tree, atomic, workspace).
     ``stage2``: variant is ``reduce``.
     ``pad``: variant is ``rows`` (the channel-padding copies, two per launch: ``skwgrad.abi.padding``).
@@ -148,7 +154,7 @@ def declaration(family: str, variant: str) -> KernargDecl:
     if family == "wgrad":
         if variant not in SPLITK_EPILOGUES:
             raise AbiError(f"wgrad epilogue {variant!r} is not one of {', '.join(SPLITK_EPILOGUES)}")
-        args = _prefix(workspace=variant == "two_stage")
+        args = _prefix(workspace=variant in WORKSPACE_VARIANTS)
     elif family == "wgrad_sk":
         if variant not in SK_REDUCTIONS:
             raise AbiError(f"stream-K reduction {variant!r} is not one of {', '.join(SK_REDUCTIONS)}")
@@ -259,16 +265,16 @@ class Packer:
 # -- depthwise and packed-group families (``dwconv``: skwgrad/aot/kernels/depthwise.py,
 # ``grouped``: skwgrad/aot/kernels/grouped.py) ------------------------------------------------
 # Split-K with the wgrad epilogues, so the wgrad prefix as it is: the real problem's scalars,
-# ws_ptr/ws_bytes live for two_stage only, ks_iters (dwconv: steps of BR rows; grouped: BK slices)
-# and ks_count. Nothing is appended.
-# dwconv also has ``workspace``: atomics into one f32 replica (zeroed per launch), then the Stage-2
-# reduce over that one replica: a split-K degree in the hundreds costs no long Stage-2 loop.
-DWCONV_VARIANTS = ("direct", "atomic", "two_stage", "workspace")
-GROUPED_VARIANTS = ("direct", "atomic", "two_stage")
+# ws_ptr/ws_bytes live for two_stage and workspace, ks_iters (dwconv: steps of BR rows; grouped:
+# BK slices) and ks_count. Nothing is appended. ``workspace``: atomics into one f32 replica (zero
+# at rest), then the Stage-2 reduce over that one replica: a split-K degree in the hundreds costs
+# no long Stage-2 loop.
+DWCONV_VARIANTS = SPLITK_EPILOGUES
+GROUPED_VARIANTS = SPLITK_EPILOGUES
 
 
 def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
     allowed = DWCONV_VARIANTS if family == "dwconv" else GROUPED_VARIANTS
     if variant not in allowed:
         raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(allowed)}")
-    return _prefix(workspace=variant in ("two_stage", "workspace"))
+    return _prefix(workspace=variant in WORKSPACE_VARIANTS)

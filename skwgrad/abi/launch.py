@@ -89,7 +89,7 @@ def launch_geometry(
         part = partition(tiling.num_tiles, tiling.iters_per_tile, pool)
         grid = part.grid(mode)
         ks_iters = tiling.iters_per_tile
-    elif family == "wgrad":
+    elif family == "wgrad":  # every epilogue but direct takes any ks_count (workspace: one replica whatever it is)
         if not 1 <= ks_count <= tiling.iters_per_tile:
             raise ProblemError(
                 f"ks_count must be in [1, {tiling.iters_per_tile}] (the iterations per tile), got {ks_count}"
@@ -332,7 +332,7 @@ def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn
     scalars = dict(kernargs.problem_scalars(problem))
     scalars["ks_iters"] = geo.ks_iters
     scalars["ks_count"] = geo.ks_count
-    if variant == "two_stage":
+    if variant in kernargs.WORKSPACE_VARIANTS:  # two_stage's ks_count replicas, workspace's one
         ws_bytes = ws.region("replicas").nbytes
         if ws_bytes > kernargs.I32_MAX:
             raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")

@@ -26,7 +26,7 @@ STAGE2_UNROLL = 8
 @dataclass(frozen=True, order=True)
 class KernelSpec:
     family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad"
-    variant: str  # wgrad: direct|atomic|two_stage; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows
+    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows
     dtype: str  # input dtype (x, dy); for stage2 and pad the element dtype, equal to dw_dtype
     dw_dtype: str
     spatial_dims: int = 2

@@ -4,8 +4,8 @@ A launch takes its buffers from two per-(device, stream) arenas:
 
 * **zeroed**: zero at rest. It is zeroed once, when it is allocated, and every kernel that uses
   it leaves it zero: the linear/tree consumer resets each flag it polled, and Stage-2 resets the
-  stream-K workspace replica it summed. Nothing is zeroed per launch, so a launch is the same
-  bytes every time and a CUDA/HIP graph can replay it.
+  workspace replica it summed (split-K or stream-K). Nothing is zeroed per launch, so a launch is
+  the same bytes every time and a CUDA/HIP graph can replay it.
 * **scratch**: any contents; the kernel writes before it reads.
 
 | variant                  | zeroed arena                 | scratch arena                  | per launch |
@@ -14,10 +14,15 @@ A launch takes its buffers from two per-(device, stream) arenas:
 | wgrad / atomic           |                              |                                | zero dW    |
 | wgrad / two_stage        |                              | ks_count f32 replicas (stored  |            |
 |                          |                              | whole by every split)          |            |
+| wgrad / workspace        | one f32 replica (every split |                                |            |
+|                          | adds; Stage-2 resets it)     |                                |            |
 | wgrad_sk / linear, tree  | flags (consumers reset them) | partial tiles                  |            |
 | wgrad_sk / atomic        |                              |                                | zero dW    |
 | wgrad_sk / workspace     | one f32 replica (atomics;    |                                |            |
 |                          | Stage-2 resets it)           |                                |            |
+
+The packed-group family (``grouped``) takes the ``wgrad`` layouts for the real problem's dW
+(``skwgrad.abi.launch``).
 
 ``flags_bytes`` is the only place the flag table is sized; its ``flags_per_cta`` comes from the
 kernel spec (``KernelSpec.flags_per_cta``), never recomputed here.
@@ -108,6 +113,12 @@ def workspace_layout(
         elif variant == "two_stage":
             replicas = ks_count
             regions.append(Region("replicas", "scratch", 0, F32 * dw_numel * ks_count))
+        elif variant == "workspace":
+            # accumulated with atomics by every split, so it must start at zero: the zeroed arena,
+            # left zero by Stage-2 (whatever ks_count, one replica)
+            replicas = 1
+            reset = True
+            regions.append(Region("replicas", "zeroed", 0, F32 * dw_numel))
         else:
             raise AbiError(f"unknown split-K epilogue {variant!r}")
     elif family == "wgrad_sk":

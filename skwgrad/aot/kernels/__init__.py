@@ -4,20 +4,20 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 
 from __future__ import annotations
 
-from skwgrad.abi.kernargs import declaration
+from skwgrad.abi.kernargs import GROUPED_VARIANTS, SPLITK_EPILOGUES, declaration
 from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
 from skwgrad.aot.kernels import depthwise, grouped, pad, stage2, wgrad
 
 
 # (family, variant) -> jit function; what each must take, in order, before its constexprs.
 _KERNELS = {
-    **{("wgrad", v): wgrad.wgrad_splitk for v in ("direct", "atomic", "two_stage")},
+    **{("wgrad", v): wgrad.wgrad_splitk for v in SPLITK_EPILOGUES},
     **{("wgrad_sk", v): wgrad.wgrad_streamk_fixup for v in ("linear", "tree")},
     **{("wgrad_sk", v): wgrad.wgrad_streamk for v in ("atomic", "workspace")},
     ("stage2", "reduce"): stage2.stage2_reduce,
     ("pad", "rows"): pad.pad_rows,
     **{("dwconv", v): depthwise.dwconv_wgrad for v in ("direct", "atomic", "two_stage", "workspace")},
-    **{("grouped", v): grouped.grouped_wgrad for v in ("direct", "atomic", "two_stage")},
+    **{("grouped", v): grouped.grouped_wgrad for v in GROUPED_VARIANTS},
 }
 
 

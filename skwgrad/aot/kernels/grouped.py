@@ -13,8 +13,10 @@ MMA does GB times the useful work, which the matrix units have to spare at these
 
 G % GB == 0 (``KernelSpec.check_problem``), so G' * C' = G * C and the packed rows have the real
 row stride. Epilogues as in ``wgrad``: direct (ks_count = 1), atomic (fp32 dW), two_stage (split s
-stores its replica s of dW whole, zeros included; the Stage-2 reduce sums them in order). The
-grid is split-major over the packed problem's tiles, as ``wgrad_splitk``.
+stores its replica s of dW whole, zeros included; the Stage-2 reduce sums them in order),
+workspace (every split adds into one f32 replica, zero at rest; the Stage-2 reduce casts it and
+zeroes it again: not deterministic). The grid is split-major over the packed problem's tiles, as
+``wgrad_splitk``.
 """
 
 import triton
@@ -70,6 +72,8 @@ def grouped_wgrad(
         tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
     elif VARIANT == "atomic":
         tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
+    elif VARIANT == "workspace":  # every split adds into the one f32 replica (zero at rest; Stage-2 resets it)
+        tl.atomic_add(ws_ptr + offs, acc, mask=mask, sem="relaxed")
     else:  # two_stage: every element of replica `split` is stored by exactly one tile
         tl.store(ws_ptr + split * (G * K * TAPS * C) + offs, acc, mask=mask)
 

@@ -12,6 +12,14 @@ once per segment, then walked by carries (the main loop is issue-bound: on sm_90
 divisions were a third of its instructions). Masked rows and columns keep small offsets, so
 32-bit offsets are enough (``skwgrad.abi.conv`` refuses tensors of 2**31 elements).
 
+Split-K epilogues (``wgrad_splitk``, ``VARIANT``): direct (ks_count = 1, dW stored in its dtype),
+atomic (relaxed fp32 adds into an fp32 dW the launcher zeroes), two_stage (split s stores its
+whole f32 replica s of dW; the Stage-2 reduce sums the ks_count replicas in split order:
+deterministic), workspace (relaxed fp32 adds of every split into ONE f32 replica of dW in the
+zeroed arena; the Stage-2 reduce casts it into dW and stores zeros back, as for stream-K
+workspace: no per-split replica stores, a one-replica Stage-2 at any ks_count, nothing zeroed
+per launch; not deterministic).
+
 Stream-K flag protocol (linear and tree): one flag per (SK CTA, thread), FLAGS_PER_CTA =
 NUM_THREADS (num_warps x wave size; ``KernelSpec.flags_per_cta``). Flags are zero at rest:
   publish (contributor c):  every thread stores its part of the f32 partial tile to slot c, then
@@ -266,6 +274,10 @@ def wgrad_splitk(
         tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
     elif VARIANT == "atomic":
         tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
+    elif VARIANT == "workspace":
+        # every split adds into the one f32 replica (zero at rest); Stage-2 casts it into dW and
+        # zeroes it again, so neither dW nor the replica is cleared per launch
+        tl.atomic_add(ws_ptr + offs, acc, mask=mask, sem="relaxed")
     else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
         tl.store(ws_ptr + split * (G * K * NG) + offs, acc, mask=mask)
 
