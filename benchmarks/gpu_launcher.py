@@ -136,7 +136,7 @@ def layouts(cache) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-VARIANTS = [("off", r) for r in ("direct", "atomic", "two_stage")] + [
+VARIANTS = [("off", r) for r in ("direct", "atomic", "two_stage", "workspace")] + [
     (m, r) for m in ("dp_sk", "persistent") for r in ("linear", "tree", "atomic", "workspace")
 ]
 DETERMINISTIC = {"direct", "two_stage", "linear", "tree"}

@@ -121,7 +121,7 @@ REDUCTION_CHOICES = ("auto", "linear", "tree", "atomic", "workspace", "direct", 
 @click.option("--streamk", type=click.Choice(STREAMK_CHOICES), default="auto", show_default=True,
               help="auto: the launcher's selection; dp_sk/persistent: that stream-K mode; off: split-K")  # fmt: skip
 @click.option("--reduction", "reduction", type=click.Choice(REDUCTION_CHOICES), default="auto", show_default=True,
-              help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage; auto: the selection's")  # fmt: skip
+              help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage|workspace; auto: the selection's")  # fmt: skip
 @click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the selection's")
 @click.option("--ks-count", type=clikit.IntRange32(min=1), default=None, help="split-K degree (default: the selection's)")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,

@@ -11,7 +11,7 @@ compiled here with ``compile_spec`` (needs Triton 3.9). On a build machine:
 then carry DIR to the GPU machine and run ``SKWGRAD_CACHE=DIR pytest -m gpu tests/``.
 
 What is checked: every {dp_sk, persistent} x {linear, tree, atomic, workspace} and split-K
-{direct, atomic, two_stage} on dense / strided / dilated / grouped / depthwise / 3-D /
+{direct, atomic, two_stage, workspace} on dense / strided / dilated / grouped / depthwise / 3-D /
 asymmetric-padding shapes with a partial last M tile, with outputs and workspaces poisoned (NaN
 bytes) before each run, against a float64 reference; an all-DP partition and a tile shared by 4+
 stream-K CTAs; linear/tree launched 25 times with dW and partials poisoned before each launch,
@@ -62,7 +62,7 @@ def _k(family, variant, dtype="bf16", dw=None, *, dims=2, vc=1, vk=1, mode="", t
 
 
 SK_KINDS = [(m, r) for m in ("dp_sk", "persistent") for r in ("linear", "tree", "atomic", "workspace")]
-SPLITK_KINDS = ["direct", "atomic", "two_stage"]
+SPLITK_KINDS = ["direct", "atomic", "two_stage", "workspace"]
 
 
 def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:

@@ -426,7 +426,9 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
     if a["ks_count"] <= 0 or a["ks_iters"] <= 0:
         raise FakeFault("ks_count and ks_iters must be positive")
     numel = p.dw_numel
-    if spec.family in ("dwconv", "grouped") and spec.variant == "workspace":
+    if spec.family in ("wgrad", "dwconv", "grouped") and spec.variant == "workspace":  # every split adds into one replica
+        if a["ws_bytes"] < 4 * numel:
+            raise FakeFault(f"ws_bytes {a['ws_bytes']} < {4 * numel}")
         cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
         if np.any(cur != 0):
             raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
@@ -511,7 +513,7 @@ def full_cache(arch="sm_90", dtype="bf16", *, dims=(2, 3), vecs=((1, 1), (8, 8))
     for d in dims:
         for vc, vk in vecs:
             for t in tiles:
-                for v in ("direct", "two_stage", "atomic"):
+                for v in ("direct", "two_stage", "atomic", "workspace"):
                     c.add(spec("wgrad", v, dtype, dims=d, vc=vc, vk=vk, tile=t), arch)
                 for m in ("dp_sk", "persistent"):
                     for r in ("linear", "tree", "atomic", "workspace"):

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_launcher_fakes as F  # noqa: E402
 
-from skwgrad.abi.spec import STAGE2_UNROLL  # noqa: E402
+from skwgrad.abi.spec import STAGE2_UNROLL, KernelSpec  # noqa: E402
 from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
 from skwgrad.abi.costmodel import TERMS, CostModel  # noqa: E402
 from skwgrad.abi.launch import launch_geometry  # noqa: E402
@@ -148,6 +148,14 @@ def test_explicit_modes_reductions_and_knobs():
     assert ch.spec.family == "wgrad_sk" and ch.spec.variant == "linear"
     ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, reduction="two_stage", ks_count=5)
     assert (ch.spec.variant, ch.ks_count) == ("two_stage", 5)
+    # workspace is a split-K epilogue too: any ks_count, one replica, the Stage-2 reduce
+    for ks in (1, 5, 256):
+        ch = S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="off", reduction="workspace", ks_count=ks)
+        assert (ch.spec.family, ch.spec.variant, ch.ks_count) == ("wgrad", "workspace", ks) and ch.stage2 is not None
+        assert ch.plan(FEW_LONG, F.FakeBackend(cus=8)).geometry.stage2_scalars["replicas"] == 1
+    # ... and a stream-K reduction: unforced, either family may run it
+    both = S.rank_choices(FEW_LONG, c, arch="sm_90", cus=8, options=LaunchOptions(reduction="workspace"), occupancy=occ(2))
+    assert {x.spec.family for x in both.choices} == {"wgrad", "wgrad_sk"} and {x.spec.variant for x in both.choices} == {"workspace"}
     with pytest.raises(ProblemError, match="stream-K reduction"):
         S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="off", reduction="linear")
     with pytest.raises(ProblemError, match="split-K epilogue"):
@@ -162,6 +170,30 @@ def test_explicit_modes_reductions_and_knobs():
         S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="off", reduction="direct", ks_count=2)
     with pytest.raises(ProblemError, match="streamk="):
         S.choose(FEW_LONG, c, arch="sm_90", cus=8, streamk="on")
+
+
+def test_deterministic_requests_never_take_the_workspace_epilogue():
+    """Split-K workspace adds with atomics, like the stream-K workspace reduction: not bit-identical
+    launch to launch, so a deterministic request rejects it (with the reason), and asking for it
+    deterministically is refused before any selection."""
+    c = F.full_cache()
+    grouped = parse_problem("n=4,c=32,k=32,g=4,h=16,w=16,y=3,x=3,padding=1")  # 8 channels per group: packed tiles too
+    for v in ("two_stage", "workspace"):  # 4 groups x 8 output channels fill the 32-row packed tile
+        c.add(KernelSpec("grouped", v, "bf16", "bf16", vec_c=8, vec_k=8, bm=32, bn=64, bk=64, block=4, num_warps=4, num_stages=2))
+    for p in (FEW_LONG, MANY_SHORT, grouped):
+        free = S.rank_choices(p, c, arch="sm_90", cus=8, options=LaunchOptions(), occupancy=occ(2))
+        fams = {"wgrad", "grouped"} if p is grouped else {"wgrad"}
+        assert {x.spec.family for x in free.choices if x.spec.variant == "workspace"} >= fams
+        det = S.rank_choices(p, c, arch="sm_90", cus=8, options=LaunchOptions(deterministic=True), occupancy=occ(2))
+        assert det.choices and all(x.spec.variant in ("direct", "two_stage", "linear", "tree") for x in det.choices)
+        why = {(r.label.split("_")[0], r.why) for r in det.rejected if r.label.endswith("_workspace")}
+        assert {f for f, w in why if w == "workspace is not deterministic"} >= fams, why
+        ch = S.choose(p, c, arch="sm_90", cus=8, occupancy=occ(2), deterministic=True, streamk="off")
+        assert ch.spec.variant in ("direct", "two_stage")
+    for kw in (dict(streamk="off"), dict(), dict(streamk="off", ks_count=4)):
+        with pytest.raises(ProblemError, match="reduction='workspace' is not deterministic"):
+            S.choose(FEW_LONG, c, arch="sm_90", cus=8, deterministic=True, reduction="workspace", **kw)
+    assert not LaunchOptions(deterministic=True).allows("workspace") and LaunchOptions().allows("workspace")
 
 
 def test_forced_linear_pool_beyond_co_residency_is_refused():
@@ -272,6 +304,8 @@ def _run_sweep_of(cmd: str):
     ("persistent", "linear", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1"),  # (persistent tree: smoke only, by the pruning rules)
     ("dp_sk", "tree", "n=4,c=32,k=32,g=32,h=14,w=14,y=7,x=7,padding=3"),  # depthwise: scalar tree kernel
     ("off", "atomic", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32"),
+    ("off", "workspace", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1"),  # the split-K workspace epilogue
+    ("auto", "workspace", "n=4,c=64,k=64,h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32"),  # no split-K workspace for fp32 dW
 ])  # fmt: skip
 def test_missing_kernel_message_names_a_command_that_builds_one(streamk, reduction, problem, tmp_path):
     p = parse_problem(problem)
@@ -331,7 +365,7 @@ def test_tune_times_every_candidate_and_remembers_the_fastest():
     space = S.all_choices(FEW_LONG, c, arch="sm_90", cus=8, occupancy=occ(2))
     assert len(rows) == len(space) > 8  # every (kernel, pool / ks_count) of the search space
     assert {(r["family"], r["mode"], r["variant"]) for r in rows} == {
-        ("wgrad", "", "direct"), ("wgrad", "", "two_stage"),
+        ("wgrad", "", "direct"), ("wgrad", "", "two_stage"), ("wgrad", "", "workspace"),
         *{("wgrad_sk", m, v) for m in ("dp_sk", "persistent") for v in ("linear", "tree", "workspace")},
     }  # fmt: skip
     top = S.tune(FEW_LONG, be, c, warmup=1, iters=3, top=3, remember=False)

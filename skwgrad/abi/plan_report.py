@@ -29,7 +29,7 @@ def check_options(streamk, reduction, streamk_ctas, ks_count):
     if reduction not in REDUCTION_CHOICES:
         raise ProblemError(f"reduction={reduction!r}: use one of {', '.join(REDUCTION_CHOICES)}")
     if streamk == "off" and reduction in SK_ONLY:
-        raise ProblemError(f"wgrad epilogue {reduction!r} is not one of {', '.join(SPLITK_EPILOGUES)} (it is a stream-K reduction; split-K takes direct, atomic or two_stage)")
+        raise ProblemError(f"wgrad epilogue {reduction!r} is not one of {', '.join(SPLITK_EPILOGUES)} (it is a stream-K reduction; split-K takes {', '.join(SPLITK_EPILOGUES)})")
     if streamk in MODES and reduction in SPLITK_ONLY:
         raise ProblemError(f"stream-K reduction {reduction!r} is not one of {', '.join(SK_REDUCTIONS)} (it is a split-K epilogue)")
     if not isinstance(streamk_ctas, int) or isinstance(streamk_ctas, bool):

@@ -15,6 +15,8 @@ SPLITK_CTAS_PER_CU = (1, 2, 3, 4, 6, 8)
 SK_POOL_CTAS_PER_CU = (1, 2, 3, 4)
 AUTO_MODES = ("dp_sk", "persistent")
 AUTO_SK_REDUCTIONS = ("workspace", "linear", "tree", "atomic")
-SK_ONLY = ("linear", "tree", "workspace")
+# Reductions of one side only; atomic and workspace are both a stream-K reduction and a split-K
+# epilogue, so a request naming them may take either family.
+SK_ONLY = ("linear", "tree")
 SPLITK_ONLY = ("direct", "two_stage")
 DETERMINISTIC_REDUCTIONS = frozenset({"linear", "tree", "direct", "two_stage"})

@@ -208,7 +208,7 @@ def run_problems(
 @click.option("--streamk", type=click.Choice(STREAMK_CHOICES), default="auto", show_default=True,
               help="auto: the selection rule; off: split-K; dp_sk/persistent: that stream-K mode; all: every cached candidate")
 @click.option("--reduction", "reductions", multiple=True, type=clikit.CommaChoice(REDUCTION_CHOICES),
-              help="comma list: linear,tree,atomic,workspace (stream-K) / direct,atomic,two_stage (split-K); default: the rule's")  # fmt: skip
+              help="comma list: linear,tree,atomic,workspace (stream-K) / direct,atomic,two_stage,workspace (split-K); default: the rule's")  # fmt: skip
 @click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the reduction's default")
 @click.option("--tile", type=clikit.Tile(), default=None, help="BMxBNxBK: only kernels of this tile")
 @click.option("--precision", type=click.Choice(PRECISION_CHOICES), default=None,

@@ -35,7 +35,7 @@ def _int(name: str, v, lo: int, hi: int = I32_MAX, *, allow=()) -> int:
 class LaunchOptions:
     """streamk: ``auto`` | ``off`` (split-K) | ``dp_sk`` | ``persistent``.
     reduction: ``auto`` or, for stream-K, linear/tree/atomic/workspace; for split-K
-    direct/atomic/two_stage.
+    direct/atomic/two_stage/workspace (atomic and workspace name both: either family may run them).
     streamk_ctas: the stream-K pool (-1: one CTA per CU for linear/tree, four for atomic/workspace).
     tile: ``(BM, BN, BK)`` to force a tile. ks_count: force the split-K degree.
     dw_dtype: the dW dtype (None: the input dtype). precision: fp32 inputs only, ``ieee`` (the

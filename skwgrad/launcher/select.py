@@ -186,12 +186,14 @@ def compile_all_command(problem: ConvProblem, arch: str, *, cache=None, streamk=
     ``problem`` on ``arch`` (compile-all's ``--problem`` sweep), into this cache. A forced mode,
     reduction or tile asks the ``full`` preset for it (the pruned default may not hold it)."""
     parts = ["skwgrad compile-all", f"--arch {arch}", f'--problem "{problem.describe()}"']
-    forced_sk = streamk in MODES or reduction in SK_ONLY
     if streamk != "auto" or reduction != "auto" or tile:
         parts.append("--preset full")
-        if streamk == "off" or reduction in SPLITK_ONLY or (reduction in SPLITK_EPILOGUES and not forced_sk):
+        if streamk == "off" or reduction in SPLITK_ONLY:
             parts.append("--streamk off")
-        elif forced_sk or reduction in SK_REDUCTIONS:
+        elif streamk in MODES or reduction in SK_REDUCTIONS:
+            # a reduction both families take (atomic, workspace) under streamk=auto: its stream-K
+            # kernels too (split-K is always built), since split-K's may not exist for this dW
+            # (workspace: 16-bit dW of the input dtype only)
             parts.append(f"--streamk {streamk if streamk in MODES else 'all'}")
             if reduction in SK_REDUCTIONS:
                 parts.append(f"--streamk-reductions {reduction}")
@@ -638,7 +640,7 @@ def choose(
             f"(ask for fp32 dW, or use another reduction)"
         )
     if o.reduction == "direct" and o.ks_count not in (None, 1):
-        raise ProblemError("the direct split-K epilogue stores dW once: ks_count must be 1 (use two_stage or atomic)")
+        raise ProblemError("the direct split-K epilogue stores dW once: ks_count must be 1 (use two_stage, workspace or atomic)")
     auto = o.streamk == "auto" and o.reduction == "auto" and o.tile is None and o.ks_count is None and o.streamk_ctas == -1
     if use_tuned and auto:
         c = _tuned_choice(cache, arch, cus, problem, o)
