@@ -30,7 +30,7 @@ def _launches():
     out = []
     for p in PROBLEMS:
         for bm, bn, bk, w in ((64, 128, 64, 4), (128, 128, 64, 8)):
-            for v in ("direct", "two_stage"):
+            for v in ("direct", "two_stage", "workspace"):
                 for ks in ((1,) if v == "direct" else (2, 8, 32)):
                     ks = min(ks, p.tiling(bm, bn, bk).iters_per_tile)
                     s = KernelSpec("wgrad", v, p.dtype, p.dw_dtype, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, num_warps=w, num_stages=3)
@@ -444,3 +444,53 @@ def test_narrow_terms_price_only_the_scalar_kernels_per_thread():
     for p_, s, geo in _launches():
         d = M.terms(p_, s, geo, arch="sm_90", compute_units=132, occupancy=2).as_dict()
         assert d["epilogue_narrow"] == 0 and d["main_loads_narrow"] == 0
+
+
+@pytest.mark.parametrize("ks", [2, 16, 79])
+def test_splitk_workspace_prices_its_atomics_and_one_reset_replica(ks):
+    # ResNet-50 layer1 3x3 64 channels, N=32, the 64x128 tile: what two_stage pays per split (a
+    # replica stored, a longer Stage-2 chain), workspace pays as atomics into one replica
+    p = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
+    d = {}
+    for v in ("two_stage", "workspace", "atomic"):
+        q = p if v != "atomic" else parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1,dw_dtype=fp32")
+        geo = launch_geometry(q, "wgrad", v, bm=64, bn=128, bk=64, ks_count=ks)
+        d[v] = M.terms(q, _spec("wgrad", v, q), geo, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    ws, ts, at = d["workspace"], d["two_stage"], d["atomic"]
+    geo = launch_geometry(p, "wgrad", "workspace", bm=64, bn=128, bk=64, ks_count=ks)
+    # every split adds its tile, as the atomic epilogue's splits do into dW
+    assert ws["fixup_atomic"] == pytest.approx(geo.grid * 64 * 128 / 1024 / 132) == pytest.approx(at["fixup_atomic"])
+    assert ts["fixup_atomic"] == 0
+    # Stage-2 over one replica, read and zeroed again, plus dW: what stream-K workspace pays
+    sk = launch_geometry(p, "wgrad_sk", "workspace", bm=64, bn=128, bk=64, mode="dp_sk", pool=264)
+    dsk = M.terms(p, _spec("wgrad_sk", "workspace", p, mode="dp_sk"), sk, arch="sm_90", compute_units=132, occupancy=2).as_dict()
+    assert ws["stage2"] == pytest.approx((2 * 4 + 2) * p.dw_numel / 1048576) == pytest.approx(dsk["stage2"])
+    assert ws["stage2_chain"] == dsk["stage2_chain"] == math.ceil(1 / STAGE2_UNROLL)
+    assert ts["stage2_chain"] == math.ceil(geo.ks_count / STAGE2_UNROLL)
+    # two launches (main + Stage-2), no dW memset; its own fixed class and no other
+    assert (ws["launch"], at["launch"]) == (2, 2) and ws["fixed_splitk_workspace"] == 1.0
+    assert sum(v for k, v in ws.items() if k.startswith("fixed_")) == 1.0
+    # the main loop and the f32 tile stores are the two-stage kernel's
+    for t in ("main_iter", "main_mac", "main_loads_shared", "epilogue", "dram"):
+        assert ws[t] == ts[t], t
+
+
+def test_splitk_workspace_class_constant_is_the_stream_k_workspace_prior():
+    # model 8 added the class; until a device calibration fits it, its constant is the stream-K
+    # workspace class's (every arch: the AMD priors scale sm_90's alike)
+    assert M.MODEL_VERSION == 8 and M.CLASSES[-1] == ("wgrad", "workspace") and M.TERMS[-1] == "fixed_splitk_workspace"
+    for arch in ("sm_90", "gfx942", "gfx950"):
+        c = dict(zip(M.TERMS, M.builtin(arch).constants))
+        assert c["fixed_splitk_workspace"] == c["fixed_sk_workspace"] > 0, arch
+    # the grouped kernels take wgrad's class
+    p = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")
+    s = KernelSpec("grouped", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, block=8, num_stages=3)
+    geo = launch_geometry(p, "grouped", "workspace", bm=64, bn=64, bk=64, ks_count=11, groups_per_tile=8)
+    d = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=4).as_dict()
+    assert d["fixed_splitk_workspace"] == 1.0 and d["fixup_atomic"] == pytest.approx(geo.grid * 64 * 64 / 1024 / 132)
+    assert d["stage2_chain"] == 1 and d["launch"] == 2
+    # a stored model of the previous version names other terms: it is not read
+    old = json.loads(M.builtin("sm_90").to_json())
+    old.update(version=7, terms=list(M.TERMS[:-1]), constants=old["constants"][:-1])
+    with pytest.raises(ProblemError, match="version 8"):
+        M.CostModel.from_json(json.dumps(old))
