@@ -176,7 +176,8 @@ def test_broad_is_pruned_and_covers_every_dtype(broad_all):
     c = counts(broad_all)
     assert sum(c.values()) == len(broad_all)
     dense = ("wgrad", "wgrad_sk", "stage2")  # the old default's families, counted as before
-    assert Counter(it.arch for it in broad_all if it.spec.family in dense) == {"gfx942": 3155, "gfx950": 2603, "sm_90": 3155}
+    # (+240 per arch: the split-K workspace twins of the 16-bit two-stage kernels of dW in the input dtype)
+    assert Counter(it.arch for it in broad_all if it.spec.family in dense) == {"gfx942": 3395, "gfx950": 2843, "sm_90": 3395}
 
 
 def default_rule(s: KernelSpec, arch: str) -> bool:
@@ -206,7 +207,8 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
     if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 at 64x64, 16 and 8 at 64x128
         tile = (s.block, s.bm, s.bn)
         tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128)) if s.dtype != "fp32" else ())
-        return s.spatial_dims == 2 and s.vec_c == s.vec_k == w and tile in tiles and s.variant in ("direct", "two_stage")
+        variants = ("direct", "two_stage") + (("workspace",) if s.dw_dtype == s.dtype != "fp32" else ())
+        return s.spatial_dims == 2 and s.vec_c == s.vec_k == w and tile in tiles and s.variant in variants
     if s.spatial_dims == 3 and s.pointwise:
         return False
     # which (input, dW, precision) sets are full and which minimal
@@ -215,8 +217,11 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
     full |= {("fp32", "fp32", "tf32")} if tf32_arch else {("fp32", "fp32", "ieee")}
     minimal = {("fp16", "fp16", "")} | ({("fp32", "fp32", "ieee")} if tf32_arch else set())
     key = (s.dtype, s.dw_dtype, s.precision)
-    # 3-D: two-stage split-K and workspace stream-K only
+    # 3-D: two-stage split-K and workspace stream-K only; beside every two-stage split-K kernel of a
+    # 16-bit dW in the input dtype, its workspace twin
     splitk = ("direct", "two_stage") if s.spatial_dims == 2 else ("two_stage",)
+    if s.dw_dtype == s.dtype != "fp32":
+        splitk += ("workspace",)
     if key in minimal:
         if s.family == "wgrad":  # the larger tile, (1,1) and (W,W)
             return tile == max(tiles) and s.variant in splitk and (s.vec_c, s.vec_k) in ({(w, w)} if s.pointwise else {(1, 1), (w, w)})
@@ -268,11 +273,36 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
         assert {(s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad_sk"} == {
             (s.dtype, s.dw_dtype, s.precision) for s in a if s.family == "wgrad"}
     dense = ("wgrad", "wgrad_sk", "stage2")
-    assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 247, "gfx950": 249, "sm_90": 269}
+    # (+30 sm_90, +28 gfx942, +29 gfx950: the split-K workspace twins; the grouped ones are counted below)
+    assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 275, "gfx950": 278, "sm_90": 299}
+    assert Counter(it.arch for it in default_all if it.spec.family == "grouped" and it.spec.variant == "workspace") == {a: 10 for a in ARCHES}
     assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 30 for a in ARCHES)  # + window kernels (5 dW sets x 3 widths x stride 1, 2)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
     assert {(s.bm, s.bn) for s in specs(default_all) if s.family in dense} <= {(s.bm, s.bn) for s in specs(broad_all)}
+
+
+def _twins(ss):
+    """(workspace kernels, the workspace twins the rule asks for) of the split-K families: one per
+    two-stage kernel whose dW is the 16-bit input dtype, equal to it but for the variant."""
+    have = {s for s in ss if s.family in ("wgrad", "grouped") and s.variant == "workspace"}
+    want = {KernelSpec(**{**s.to_dict(), "variant": "workspace"}) for s in ss
+            if s.family in ("wgrad", "grouped") and s.variant == "two_stage" and s.dw_dtype == s.dtype != "fp32"}
+    return have, want
+
+
+def test_splitk_workspace_twins_every_16bit_two_stage_kernel(default_all, broad_all, full_gfx942):
+    for items in (default_all, broad_all, full_gfx942):
+        have, want = _twins(specs(items))
+        assert have == want and have
+        assert {s.dtype for s in have} == ({"fp16", "bf16"} if items is not full_gfx942 else {"bf16"})
+        assert {s.spatial_dims for s in have if s.family == "wgrad"} == {2, 3}  # 2-D and 3-D, as the two-stage ones
+    # fp32 dW has atomic instead: no workspace split-K kernel writes fp32
+    assert not any(s.variant == "workspace" and s.family in ("wgrad", "grouped") and s.dw_dtype == "fp32" for s in specs(default_all))
+    # every workspace kernel has the Stage-2 reduce of its dW dtype in the same sweep
+    for arch in ARCHES:
+        a = specs(default_all, arch)
+        assert {s.dw_dtype for s in a if s.variant == "workspace"} <= {s.dw_dtype for s in a if s.family == "stage2"}
 
 
 def test_streamk_off_keeps_splitk_keys_and_labels():

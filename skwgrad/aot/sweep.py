@@ -15,6 +15,8 @@ Presets
     kernel writes. It is what CI compiles and what the README builds, and what the GPU tests
     need to exercise every mode x reduction; that is why it holds ``persistent x tree``, which
     the pruned presets never build (below). Smoke is therefore *not* a subset of ``default``.
+    The split-K ``workspace`` epilogue is not in it (its code is the atomic epilogue's with the
+    replica's pointer; the compile, interpreter and GPU tests build their own).
 ``default``
     What a deployment needs, pruned by measured use (benchmarks/COMPILE.md, "The pruned default",
     gives the data): the two tiles the H200 tuned run used, 64x128x64 (4 warps) and 128x128x64
@@ -32,6 +34,12 @@ Presets
     with 4 (scalar loads: the threads bound the loop, ``_SCALAR_TILES_SM90``). Stream-K
     ``dp_sk x {linear, workspace}`` at ``(W,W)`` (the persistent mode and the scalar stream-K
     kernels measured within 0.13% / never within 3% of the best on the H200: ``broad`` keeps them).
+    Beside every 16-bit ``two_stage`` split-K kernel whose dW is the input dtype (2-D, 3-D, the
+    extra and first-layer tiles; and the packed-group ones, below), its ``workspace`` twin:
+    atomics into one f32 replica instead of ks_count stored ones and a Stage-2 over one replica
+    (H200, ResNet-50 3x3 64ch N=32, 64x128 at ks_count 79: the cost model put ~15.6 of 42.2 us in
+    the replicas and their Stage-2; the stream-K workspace kernel of the tile ran 34.4 us); an
+    fp32 dW has the ``atomic`` epilogue for that (broad/full).
     Not in default (``broad``/``full`` keep them): the ``atomic`` split-K epilogue and stream-K
     reduction (no tuned choice ever used them), stream-K at ``(1,W)`` (conv1 runs split-K at
     parity, 184 vs 189 us), the 128x64 and arch-specific large tiles. Every problem still has a
@@ -44,7 +52,9 @@ Presets
     dtype and in fp32, and for split-K the channel alignments ``{1, W} x {1, W}`` (``vec = 1``
     serves any channel count, ``W`` the aligned common case) plus the intermediate diagonal
     ``(2, 2)``, ``(4, 4)`` (C=100, K=60 ran 5x slower on scalar loads on the H200); the other
-    mixed pairs are served by ``vec = 1``, and ``full`` has them all.
+    mixed pairs are served by ``vec = 1``, and ``full`` has them all. Split-K and packed-group
+    epilogues: ``direct``, ``two_stage``, ``atomic`` (fp32 dW) and, as in the default, the
+    ``workspace`` twin of each ``two_stage`` kernel of a 16-bit dW in the input dtype (``full`` too).
 ``full``
     The whole space: BM, BN in {32, 64, 128, 256}, BK in {32, 64, 128}, 4 and 8 warps (8 only on
     tiles of at least 64x64 outputs: fewer outputs than threads is never a useful kernel),
@@ -196,6 +206,15 @@ def _variants_for(family: str, dw_dtype: str, allowed: tuple[str, ...]) -> tuple
     return tuple(v for v in allowed if v != "atomic" or dw_dtype == "fp32")
 
 
+def _with_workspace(variants: tuple[str, ...], dtype: str, dw_dtype: str) -> tuple[str, ...]:
+    """The split-K (``wgrad``, ``grouped``) epilogues of a geometry plus the ``workspace`` twin of
+    its ``two_stage`` kernel where dW is the 16-bit input dtype: one atomically accumulated replica
+    instead of ks_count stored ones (fp32 dW has ``atomic`` for that)."""
+    if "two_stage" in variants and dw_dtype == dtype != "fp32":
+        return (*variants, "workspace")
+    return variants
+
+
 # -- tile tables: the per-arch defaults live in ``skwgrad.abi.arch`` ------------------------
 _FULL_DIMS = (32, 64, 128, 256)
 _FULL_BK = (32, 64, 128)
@@ -344,7 +363,7 @@ def _splitk_specs(ctx: FamilyContext) -> list[KernelSpec]:
         pairs = list(itertools.product((1, W), (1, W))) + [(w, w) for w in vec_widths(dtype) if 1 < w < W]
     out = []
     for prec, dw, t, dims, pw in _geometries(ctx):
-        for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
+        for variant in _with_workspace(_variants_for("wgrad", dw, ("direct", "atomic", "two_stage")), dtype, dw):
             for vc, vk in pairs:
                 out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
     return out
@@ -457,12 +476,12 @@ def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
         if not full:  # minimal: the larger tile, (1,1) and (W,W)
             for t in (tiles if ctx.tiles else tiles[-1:]):
                 for dims, pw in _DEFAULT_GEOMETRIES:
-                    for variant in _DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D:
+                    for variant in _with_workspace(_DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D, dtype, dw):
                         for vc, vk in ([(W, W)] if pw else [(1, 1), (W, W)]):
                             out.append(_spec("wgrad", variant, dtype, dw, prec, t, dims=dims, pw=pw, vc=vc, vk=vk))
             continue
         for dims, pw in _DEFAULT_GEOMETRIES:
-            for variant in _DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D:
+            for variant in _with_workspace(_DEFAULT_SPLITK if dims == 2 else _DEFAULT_SPLITK_3D, dtype, dw):
                 for vc, vk in _default_pairs(dtype, pw, dims):
                     scalar = (vc, vk) == (1, 1) and dims == 2
                     for t in _scalar_tiles(ctx, tiles) if scalar else tiles:
@@ -472,7 +491,7 @@ def _default_splitk(ctx: FamilyContext) -> list[KernelSpec]:
         # first layer (C = 3): the (1, W) kernel also at BM = BN = 64 (K = 64, Ng = 7*7*3)
         for t in ([] if ctx.tiles else [_FIRST_LAYER_TILE[DTYPE_BYTES[dtype]]]):
             t = Tile(t.bm, t.bn, t.bk, t.num_warps, ARCHES[ctx.arch].default_stages)
-            for variant in _DEFAULT_SPLITK:
+            for variant in _with_workspace(_DEFAULT_SPLITK, dtype, dw):
                 out.append(_spec("wgrad", variant, dtype, dw, prec, t, vc=1, vk=W))
     return out
 
@@ -820,7 +839,8 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
 # -- packed-group family (``grouped``) ----------------------------------------------------------
 # (GB groups per tile, BM): GB * K = BM for K = 4, 8, 16 per group at BM 32 and 64; BN = BK = 64
 # (and the 16-bit GROUPED_DEFAULT_16BIT tiles), 4 warps. Vector widths (W, W) (GB * C and GB * K are multiples of 8 for these K) and (1, 1)
-# on the 2-D two-stage kernels. ``--tiles`` names the dense tiles, so with it none is added.
+# on the 2-D two-stage kernels. Every two-stage kernel of a 16-bit dW in the input dtype has its
+# workspace twin (``_with_workspace``). ``--tiles`` names the dense tiles, so with it none is added.
 GROUPED_CONFIGS = ((2, 32), (4, 32), (8, 32), (4, 64), (8, 64), (16, 64))
 # The default's other packed tiles (16-bit inputs), (GB, BM, BN): GB * K = BM = 64 for 16 and 4
 # channels per group, and GB = 8 at 64x128 (half the rows) where G is not a multiple of 16.
@@ -854,18 +874,19 @@ def grouped_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Kernel
     out = []
     if preset == "default":
         # The pruned default: 2-D, widths W, GB*K = BM for K = 8 at BM 32 and 64, direct and
-        # two_stage. The rest stays in broad/full.
+        # two_stage (and its workspace twin for a 16-bit dW of the input dtype). The rest stays in broad/full.
         for prec, dw, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), ((4, 32), (8, 64))):
-            for variant in ("direct", "two_stage"):
+            for variant in _with_workspace(("direct", "two_stage"), dtype, dw):
                 out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, vec=W))
         if dtype != "fp32":
             out += [_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, vec=W, bn=bn)
-                    for prec, dw, (gb, bm, bn), variant in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype),
-                                                                             GROUPED_DEFAULT_16BIT, ("direct", "two_stage"))]  # fmt: skip
+                    for prec, dw, (gb, bm, bn) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype),
+                                                                    GROUPED_DEFAULT_16BIT)
+                    for variant in _with_workspace(("direct", "two_stage"), dtype, dw)]  # fmt: skip
         return out
     for prec, dw, dims, (gb, bm) in itertools.product(precisions(dtype, arch, preset), dw_dtypes(dtype), (2, 3), GROUPED_CONFIGS):
-        for variant in _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")):
+        for variant in _with_workspace(_variants_for("wgrad", dw, ("direct", "atomic", "two_stage")), dtype, dw):
             out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=W))
-            if dims == 2 and variant == "two_stage":
+            if dims == 2 and variant in ("two_stage", "workspace"):  # the scalar fallback, and its workspace twin
                 out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=1))
     return out
