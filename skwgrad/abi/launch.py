@@ -283,11 +283,8 @@ def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, b
     grid = tiling.num_tiles * ks_count
     if grid > kernargs.I32_MAX:
         raise ProblemError(f"grid of {grid} CTAs is too large")
-    if variant == "workspace":  # one f32 replica zeroed per launch: the stream-K workspace layout
-        ws = workspace_layout("wgrad_sk", "workspace", dw_numel=problem.dw_numel)
-    else:
-        ws = workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count)
-    ws = dataclasses.replace(ws, family="dwconv")
+    # the split-K layouts (workspace: one f32 replica, zero at rest, that Stage-2 resets)
+    ws = dataclasses.replace(workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count), family="dwconv")
     if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
         raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
     scalars = dict(kernargs.problem_scalars(problem))

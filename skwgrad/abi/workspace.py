@@ -21,8 +21,8 @@ A launch takes its buffers from two per-(device, stream) arenas:
 | wgrad_sk / workspace     | one f32 replica (atomics;    |                                |            |
 |                          | Stage-2 resets it)           |                                |            |
 
-The packed-group family (``grouped``) takes the ``wgrad`` layouts for the real problem's dW
-(``skwgrad.abi.launch``).
+The packed-group (``grouped``) and depthwise (``dwconv``) families take the ``wgrad`` layouts for
+the real problem's dW (``skwgrad.abi.launch``).
 
 ``flags_bytes`` is the only place the flag table is sized; its ``flags_per_cta`` comes from the
 kernel spec (``KernelSpec.flags_per_cta``), never recomputed here.
