@@ -234,7 +234,7 @@ def max_contributors(p: ConvProblem, pool: int, tile=TILE) -> int:
 
 def run_checked(backend, plan, inputs, ref):
     """dW and the scratch workspace poisoned (NaN), one launch, the result vs the float64
-    reference, and the zeroed arena (flags, stream-K workspace replica) left zero by the kernels."""
+    reference, and the zeroed arena (flags, workspace replica) left zero by the kernels."""
     from skwgrad.reference import relative_error, tolerance
 
     p = plan.problem

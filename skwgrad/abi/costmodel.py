@@ -51,9 +51,9 @@ co-residency on a CU and the CU count):
              device-wide per CU (K elements): the L2 executes them and the issuing CTA does not
              wait, so what costs is their throughput, not one CTA's latency.
 ``stage2``   the Stage-2 reduce: bytes of replicas it reads (and zeroes again, for the split-K and
-             stream-K workspace replica) and of dW it writes; ``stage2_chain``: its latency chain, since each thread
-             sums the replicas STAGE2_UNROLL at a time (steps x waves of Stage-2 CTAs): many
-             splits of a small dW cost more than their bytes say.
+             stream-K workspace replica) and of dW it writes; ``stage2_chain``: its latency
+             chain, since each thread sums the replicas STAGE2_UNROLL at a time (steps x waves of
+             Stage-2 CTAs): many splits of a small dW cost more than their bytes say.
 ``l2_refetch`` stream-K's inputs read again from memory: the SK tiles' CTAs walk the reduction at
              staggered offsets, so once x and dy outgrow the L2 (``L2_BYTES``) the rows one tile
              read are gone when the next one needs them (split-K runs the tiles of one split

@@ -14,9 +14,9 @@ computed), loads the code object(s) and prepacks the kernarg block with
 4. launches the main kernel and, when the layout has replicas, the Stage-2 reduce, on the
    caller's stream.
 
-Nothing else happens per launch: flags and the stream-K workspace replica are zero at rest (the
-kernels restore the zeros), so a launch is the same bytes every time and a graph replays it
-unchanged. A plan may be launched from several threads: a lock (uncontended: a fraction of a
+Nothing else happens per launch: flags and the workspace replica (split-K or stream-K) are zero
+at rest (the kernels restore the zeros), so a launch is the same bytes every time and a graph
+replays it unchanged. A plan may be launched from several threads: a lock (uncontended: a fraction of a
 microsecond) covers the patch-and-launch of its one kernarg block; the runtime copies the block
 at launch.
 """

@@ -1,10 +1,10 @@
 """Stage-2 reduce: sum the f32 replicas of dW in replica order, cast to the dW dtype.
 
-Serves the two-stage split-K epilogue (one replica per split) and the stream-K workspace
-reduction (one replica). The order is fixed, so two-stage split-K is deterministic.
+Serves the two-stage split-K epilogue (one replica per split) and the workspace split-K epilogue
+and stream-K reduction (one replica). The order is fixed, so two-stage split-K is deterministic.
 
-``reset`` != 0 stores zeros back into the replicas it read: the stream-K workspace replica is
-accumulated with atomics and so must start at zero; resetting it here keeps it zero at rest
+``reset`` != 0 stores zeros back into the replicas it read: the workspace replica (split-K or
+stream-K) is accumulated with atomics and so must start at zero; resetting it here keeps it zero at rest
 and saves a memset per launch (which also keeps the launch graph-replayable). Two-stage
 split-K replicas are stored whole by every split and need no reset.
 
