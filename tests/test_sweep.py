@@ -194,7 +194,9 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         split = "workspace" if s.dw_dtype == s.dtype != "fp32" else "atomic"
         if s.mode.startswith("win"):  # the window kernels: widths 3/5/7, 2-D, stride 1 and 2 along W, at W,
             # the split epilogue only, for every (dtype, dW dtype) pair
-            if s.mode.endswith("s2"):  # stride 2: strips of 7, 32 per step on wave32, 64 on wave64
+            if s.mode.endswith("d2"):  # dilation 2: the 3-wide filter, 64 strips
+                want = ({3: "win7r3d2"}.get(s.bn), 64)
+            elif s.mode.endswith("s2"):  # stride 2: strips of 7, 32 per step on wave32, 64 on wave64
                 want = ({3: "win7r3s2", 5: "win7s2", 7: "win7s2"}.get(s.bn), 32 if get_arch(arch).wave_size == 32 else 64)
             else:  # stride 1 (H200 run D4): 5x5 every tap row in a CTA at 16 strips, 7x7 at 32
                 want = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}.get(s.bn, (None, 0))
@@ -276,7 +278,7 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
     # (+30 sm_90, +28 gfx942, +29 gfx950: the split-K workspace twins; the grouped ones are counted below)
     assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 275, "gfx950": 278, "sm_90": 299}
     assert Counter(it.arch for it in default_all if it.spec.family == "grouped" and it.spec.variant == "workspace") == {a: 10 for a in ARCHES}
-    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 30 for a in ARCHES)  # + window kernels (5 dW sets x 3 widths x stride 1, 2)
+    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 35 for a in ARCHES)  # + window kernels (5 dW sets x 3 widths x stride 1, 2, + 3-wide dilation 2)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
     assert {(s.bm, s.bn) for s in specs(default_all) if s.family in dense} <= {(s.bm, s.bn) for s in specs(broad_all)}

@@ -815,15 +815,17 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
                 cfg, kw = DWCONV_CONFIGS[taps], {}
             for variant in ("direct", split):
                 out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec, **kw))
-        # window kernels, 2-D at stride 1 and 2 along W, the split epilogue only (a minimal set, as
-        # in the dense default): the dearest kernels to compile (3-5 s of CPU each against 1 for a
-        # gather kernel; benchmarks/COMPILE.md "The default after run C1"). A one-split problem
-        # runs the split kernel at ks_count 1; 3-D and dilated depthwise run on the gather kernels
-        # (the H200: 95 us for 3x3x3 64ch, 6x cuDNN at dilation 2); broad/full keep every window
-        # kernel. fp16 with an fp16 dW has them too: without, its 5x5 and 7x7 layers ran on the
-        # gather kernels at 0.44-0.51x cuDNN (H200 run P2, session 11).
+        # window kernels, 2-D at stride 1 and 2 along W and the 3-wide one at dilation 2, the split
+        # epilogue only (a minimal set, as in the dense default): the dearest kernels to compile
+        # (3-5 s of CPU each against 1 for a gather kernel; benchmarks/COMPILE.md "The default
+        # after run C1"). A one-split problem runs the split kernel at ks_count 1; 3-D depthwise
+        # runs on the gather kernels (the H200: 95 us for 3x3x3 64ch); broad/full keep every
+        # window kernel. fp16 with an fp16 dW has them too: without, its 5x5 and 7x7 layers ran on
+        # the gather kernels at 0.44-0.51x cuDNN (H200 run P2, session 11); and so does dilation 2:
+        # a 3x3 768ch layer at dilation 2 ran the gather kernel at 0.44x cuDNN (run P3; C2 measured
+        # the dilated window kernel 1.9x faster than the best gather kernel).
         for dw in dw_dtypes(dtype):
-            out += dwconv_window_specs(arch, dtype, dw, (_dwconv_split(dtype, dw),), dims=2, strided=True)
+            out += dwconv_window_specs(arch, dtype, dw, (_dwconv_split(dtype, dw),), dims=2, strided=True, dilated=True)
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
