@@ -69,6 +69,8 @@ CASES = [
      gspec("direct", "fp32", gb=4, vec=4, bm=16, bn=32), 1),
     ("grouped_3d_g4_fp16_two_stage", "n=1,c=16,k=16,g=4,d=3,h=4,w=4,z=3,y=3,x=3,padding=1,dtype=fp16",
      gspec("two_stage", gb=2, vec=8, sd=3), 2),
+    # 32 channels per group, 2 groups filling a 64-row tile (the default's tile for them), a partial N tile
+    ("grouped_g2_c32_fp16_two_stage", "n=2,c=128,k=128,g=4,h=5,w=6,y=3,x=3,padding=1,dtype=fp16", gspec("two_stage", gb=2, bm=64, bn=64), 2),
     # grouped workspace: every split adds its diagonal blocks into one f32 replica (zeroed arena), Stage-2 resets it
     ("grouped_g8_c4_fp16_workspace", "n=2,c=32,k=32,g=8,h=7,w=6,y=3,x=3,padding=1,dtype=fp16", gspec("workspace"), 3),
     ("grouped_g4_c3k6_vec4_fp32_workspace", "n=2,c=12,k=24,g=4,h=6,w=7,y=3,x=3,padding=2,dilation=2,dtype=fp32",

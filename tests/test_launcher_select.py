@@ -519,3 +519,27 @@ def test_packed_tiles_of_the_best_fill_are_ranked():
     p16 = parse_problem("n=16,c=256,k=256,g=16,h=28,w=28,y=3,x=3,padding=1")
     r = S.rank_choices(p16, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
     assert {(x.spec.block, x.spec.bm, x.spec.bn) for x in r.choices if x.spec.family == "grouped"} == {(4, 64, 64)}
+    # 32 per group: the 2-group 64-row tile alone (fill 1); 33 per group is past the packed kernels
+    p32 = parse_problem("n=16,c=256,k=256,g=8,h=28,w=28,y=3,x=3,padding=1")
+    assert S.grouped_applies(p32) and not S.grouped_applies(parse_problem("n=16,c=264,k=264,g=8,h=28,w=28,y=3,x=3,padding=1"))
+    r = S.rank_choices(p32, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    assert {(x.spec.block, x.spec.bm, x.spec.bn) for x in r.choices if x.spec.family == "grouped"} == {(2, 64, 64)}
+
+
+def test_over_16_channels_per_group_only_tiles_of_fill_at_most_1_are_ranked():
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):  # no 64-row tile of 2 or 4 groups: 32 or 16 per group fill none
+        if not (it.spec.family == "grouped" and (it.spec.block, it.spec.bm) in ((2, 64), (4, 64))):
+            c.add(it.spec, it.arch)
+    p32 = parse_problem("n=16,c=256,k=256,g=8,h=28,w=28,y=3,x=3,padding=1")
+    r = S.rank_choices(p32, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    assert r.choices and not any(x.spec.family == "grouped" for x in r.choices)
+    why = [x.why for x in r.rejected if x.label.startswith("grouped_")]
+    assert why and all("over 16 channels per group only a packed tile filled at most 1 runs" in w for w in why)
+    # up to 16 per group the over-filled tiles still compete when nothing fills at most 1
+    p16 = parse_problem("n=16,c=256,k=256,g=16,h=28,w=28,y=3,x=3,padding=1")
+    r = S.rank_choices(p16, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
+    fills = {x.spec.block * 16 / x.spec.bm for x in r.choices if x.spec.family == "grouped"}
+    assert fills and min(fills) > 1

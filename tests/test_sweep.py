@@ -206,9 +206,9 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")
         return shape_ok and s.variant in ("direct", split) and mode_ok
-    if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 at 64x64, 16 and 8 at 64x128
+    if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 and 2 at 64x64, 16 and 8 at 64x128
         tile = (s.block, s.bm, s.bn)
-        tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128)) if s.dtype != "fp32" else ())
+        tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128), (2, 64, 64)) if s.dtype != "fp32" else ())
         variants = ("direct", "two_stage") + (("workspace",) if s.dw_dtype == s.dtype != "fp32" else ())
         return s.spatial_dims == 2 and s.vec_c == s.vec_k == w and tile in tiles and s.variant in variants
     if s.spatial_dims == 3 and s.pointwise:
@@ -277,7 +277,7 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
     dense = ("wgrad", "wgrad_sk", "stage2")
     # (+30 sm_90, +28 gfx942, +29 gfx950: the split-K workspace twins; the grouped ones are counted below)
     assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 275, "gfx950": 278, "sm_90": 299}
-    assert Counter(it.arch for it in default_all if it.spec.family == "grouped" and it.spec.variant == "workspace") == {a: 10 for a in ARCHES}
+    assert Counter(it.arch for it in default_all if it.spec.family == "grouped" and it.spec.variant == "workspace") == {a: 12 for a in ARCHES}
     assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 35 for a in ARCHES)  # + window kernels (5 dW sets x 3 widths x stride 1, 2, + 3-wide dilation 2)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them

@@ -342,9 +342,17 @@ def _families(o: LaunchOptions, problem: ConvProblem | None = None) -> tuple[str
     return ("wgrad", "wgrad_sk", *packed)
 
 
+# Channels per group up to which the packed-group kernels are searched (H200 run P4, 15 layers
+# with 32 per group: the 2-group 64-row tile, fill 1, made auto 1.11x faster than the dense
+# kernels alone, 15/15 verified), and up to which over-filled tiles (fill > 1) compete when no tile
+# fills at most 1 (measured to 16: beyond, only tiles of fill <= 1 are ranked).
+PACKED_MAX_CHANNELS = 32
+OVERFILLED_MAX_CHANNELS = 16
+
+
 def grouped_applies(problem: ConvProblem) -> bool:
     """Few channels per group: the packed-group kernels can run it (``skwgrad.abi.launch``)."""
-    return problem.g > 1 and (problem.c, problem.k) != (1, 1) and max(problem.c, problem.k) <= 16
+    return problem.g > 1 and (problem.c, problem.k) != (1, 1) and max(problem.c, problem.k) <= PACKED_MAX_CHANNELS
 
 
 def _drop_narrow_packed_tiles(kernels, problem: ConvProblem, arch: str, rejected: list) -> list:
@@ -380,7 +388,13 @@ def _best_filled_packed_tiles(kernels, problem: ConvProblem, rejected: list) -> 
     fill = {k.label: k.spec.block * problem.k / k.spec.bm for k in grouped}
     best = max((f for f in fill.values() if f <= 1), default=None)
     if best is None:
-        return kernels
+        if max(problem.c, problem.k) <= OVERFILLED_MAX_CHANNELS:
+            return kernels
+        for k in grouped:
+            rejected.append(Rejected(k.label, f"packs {k.spec.block} groups of {problem.k} output channels into {k.spec.bm} rows "
+                                              f"(fill {fill[k.label]:.3g}); over {OVERFILLED_MAX_CHANNELS} channels per group only a "
+                                              f"packed tile filled at most 1 runs (none is cached)"))  # fmt: skip
+        return [k for k in kernels if k.spec.family != "grouped"]
     out = []
     for k in kernels:
         if k.spec.family == "grouped" and fill[k.label] != best:
