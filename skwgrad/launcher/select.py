@@ -383,7 +383,9 @@ def _best_filled_packed_tiles(kernels, problem: ConvProblem, rejected: list) -> 
     is kept (the others are said why). More groups than rows (fill > 1) load x for groups whose
     rows are in another tile; fewer (fill < 1) leave rows empty. H200 runs I3-I5: with 4 channels
     per group the 16-group 64-row tile (fill 1) ran 1.0-1.4x the 8-group ones (fill 1/2), with 16
-    the 4-group 64-row tile 1.13-1.78x the dense kernels; with 8, the 8-group tile stays."""
+    the 4-group 64-row tile 1.13-1.78x the dense kernels; with 8, the 8-group tile stays. When no
+    cached tile fills at most 1, the over-filled ones compete up to OVERFILLED_MAX_CHANNELS per
+    group and are rejected beyond (run P4 measured packed tiles past 16 per group at fill 1 only)."""
     grouped = [k for k in kernels if k.spec.family == "grouped"]
     fill = {k.label: k.spec.block * problem.k / k.spec.bm for k in grouped}
     best = max((f for f in fill.values() if f <= 1), default=None)
