@@ -37,9 +37,9 @@ Presets
     Beside every 16-bit ``two_stage`` split-K kernel whose dW is the input dtype (2-D, 3-D, the
     extra and first-layer tiles; and the packed-group ones, below), its ``workspace`` twin:
     atomics into one f32 replica instead of ks_count stored ones and a Stage-2 over one replica
-    (H200, ResNet-50 3x3 64ch N=32, 64x128 at ks_count 79: the cost model put ~15.6 of 42.2 us in
-    the replicas and their Stage-2; the stream-K workspace kernel of the tile ran 34.4 us); an
-    fp32 dW has the ``atomic`` epilogue for that (broad/full).
+    (H200 run P3: auto takes it on 9 of the 24 corpus rows, vae and ResNet-50 3x3 N=256 1.14-1.16x
+    faster; over 22 pairs of new layers it ran 0.96x its two-stage kernel); an fp32 dW has the
+    ``atomic`` epilogue for that (broad/full).
     Not in default (``broad``/``full`` keep them): the ``atomic`` split-K epilogue and stream-K
     reduction (no tuned choice ever used them), stream-K at ``(1,W)`` (conv1 runs split-K at
     parity, 184 vs 189 us), the 128x64 and arch-specific large tiles. Every problem still has a
