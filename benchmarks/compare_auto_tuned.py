@@ -12,6 +12,8 @@ import json
 import math
 from pathlib import Path
 
+from results_io import read_json  # benchmarks/ is the script's own directory
+
 
 def timing_device():
     """(backend, occupancy query, stream hold) for the interleaved timing scripts: the GPU of this
@@ -69,7 +71,7 @@ def main():
     doc = {"sets": {}}
     allr = []
     for pa, pt in zip(a.auto, a.all):
-        rows, s = compare(json.loads(Path(pa).read_text()), json.loads(Path(pt).read_text()))
+        rows, s = compare(read_json(pa), read_json(pt))
         allr += rows
         doc["sets"][Path(pa).stem] = {"summary": s, "rows": rows}
         print(f"{Path(pa).stem}: {json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()})}")

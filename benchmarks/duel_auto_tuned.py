@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from compare_auto_tuned import geo, timing_device  # noqa: E402  (benchmarks/ is the script's own directory)
+from results_io import read_json  # noqa: E402
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 
 
@@ -106,7 +107,7 @@ def main():
 
     alt_models = []
     for f in a.alt_model:
-        d = json.loads(Path(f).read_text())
+        d = read_json(f)
         alt_models.append(CostModel.from_json(json.dumps(d["final"]["model"] if "final" in d else d), source="alt"))
 
     from skwgrad.cache import Cache
@@ -117,7 +118,7 @@ def main():
            "compute_units": backend.compute_units, "alt_models": a.alt_model, "sets": {}}  # fmt: skip
     t0 = time.time()
     for path in a.all:
-        sweep = json.loads(Path(path).read_text())
+        sweep = read_json(path)
         by_prob = defaultdict(list)
         names = {}
         for r in sweep["rows"]:

@@ -32,11 +32,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # results_io, also when this file is imported from elsewhere
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.costmodel import MODELLED_FAMILIES, default_prior, fit, offline_occupancy  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK  # noqa: E402
 from skwgrad.launcher import select as S  # noqa: E402
+from results_io import read_json  # noqa: E402
 
 
 # Files timed before the Stage-2 reduce loaded STAGE2_UNROLL replicas per step (``--stale-stage2``):
@@ -46,7 +48,7 @@ STALE_STAGE2: set[str] = set()
 
 
 def load(paths):
-    docs = [(p, json.loads(Path(p).read_text())) for p in paths]
+    docs = [(p, read_json(p)) for p in paths]
     rows = defaultdict(list)
     meta = {}
     for path, d in docs:
