@@ -29,6 +29,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from results_io import read_json  # noqa: E402  (benchmarks/ is the script's own directory)
 from skwgrad.abi import launch, narrow  # noqa: E402
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import dwconv_geometry, dwconv_tiling, dwconv_window  # noqa: E402
@@ -139,7 +140,7 @@ def load_rows(files: dict[str, str], labels: set[str], log=print) -> list[Row]:
     specs = default_specs()
     rows = []
     for set_name, fname in files.items():
-        d = json.load(open(os.path.join(RES, fname)))
+        d = read_json(os.path.join(RES, fname))
         assert d["compute_units"] == CUS, fname
         by = defaultdict(list)
         for r in d["rows"]:
@@ -311,7 +312,7 @@ def noise(labels):
     """Run-to-run spread of the same launch in the corpus repeats (E3, E5, F2, G1, G7)."""
     seen = defaultdict(list)
     for f in REPEATS:
-        d = json.load(open(os.path.join(RES, f)))
+        d = read_json(os.path.join(RES, f))
         for r in d["rows"]:
             if r["family"] == "dwconv" and r["label"] in labels:
                 seen[(r["name"], r["label"], r["ks_count"])].append(r["us"])
