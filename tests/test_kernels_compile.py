@@ -3,6 +3,7 @@ objects are what the ABI and the flag protocol say: kernarg layout from the NT_A
 note, MFMA in the ISA, L2 writeback before every flag publish and invalidate after every flag
 acquire, no scratch (spills), fp32 atomics in exactly the split-K epilogues that accumulate."""
 
+import os
 import re
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -195,3 +196,19 @@ def test_flags_per_cta_is_recorded(built):
     for (spec, arch), (_, md) in built.items():
         want = md["threads"] if spec.family == "wgrad_sk" and spec.variant in ("linear", "tree") else 0
         assert md["flags_per_cta"] == want, spec.label
+
+
+def test_sm90_tf32_builds_on_mma_sync_with_the_switch_pinned(monkeypatch):
+    # abi.arch: tf32 on sm_90 runs mma.sync (wgmma's tf32 operands must be K-major, wgrad's are not;
+    # H200 run Q1: 1.67x faster). Triton reads that switch from the environment, so compile_spec pins
+    # it per compile: a builder's own DISABLE_MMA_V3 must neither leak into a 16-bit kernel nor survive.
+    from skwgrad.aot.compile import compile_spec
+
+    monkeypatch.setenv("DISABLE_MMA_V3", "1")
+    tf32 = KernelSpec("wgrad", "two_stage", "fp32", "fp32", vec_c=4, vec_k=4, bm=64, bn=64, bk=32, precision="tf32")
+    bf16 = KernelSpec("wgrad", "two_stage", **{**BASE, "num_stages": 3})
+    ptx = {s.dtype: compile_spec(s, "sm_90", keep_asm=True).metadata["_asm"]["ptx"] for s in (tf32, bf16)}
+    assert re.search(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", ptx["fp32"])
+    assert "wgmma" not in ptx["fp32"]
+    assert re.search(r"wgmma\.mma_async\.\S*bf16", ptx["bf16"])
+    assert os.environ["DISABLE_MMA_V3"] == "1"  # the builder's environment is restored

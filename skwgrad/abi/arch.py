@@ -28,6 +28,11 @@ class Arch:
     # Tile rows below which a 16-bit matrix multiply falls back to a slower instruction: sm_90's
     # wgmma takes 64 rows per warpgroup (a 32-row tile runs mma.sync); AMD's MFMA takes 16 or 32.
     wide_mma_rows: int = 0
+    # tf32 on sm_90 runs mma.sync, not wgmma: wgmma reads tf32 operands only K-major, and wgrad's
+    # operands are both stored MN-major, so each tile went through registers back into shared
+    # memory with a wait on every wgmma; mma.sync's fragment loads read either layout. H200 run
+    # Q1 (session 12): 776 tf32 candidates 1.67x faster on mma.sync, none slower by more than 13%.
+    tf32_mma_sync: bool = False
 
     def default_warps(self, bm: int, bn: int, bk: int) -> int:
         """Warps of a tile: the default preset's choice when it has the tile, else 8 for tiles of
@@ -60,7 +65,7 @@ ARCHES: dict[str, Arch] = {
         Arch(
             "sm_90", "cuda", 132, 32, 228 * 1024, "H200 SXM", tf32=True,
             default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
-            default_stages=3, full_stages=(2, 3, 4), wide_mma_rows=64,
+            default_stages=3, full_stages=(2, 3, 4), wide_mma_rows=64, tf32_mma_sync=True,
         ),  # fmt: skip
     )
 }

@@ -19,6 +19,7 @@ COMPILER = f"triton-{PINNED_TRITON}"
 _PKG = Path(__file__).resolve().parents[1]
 # Everything that decides the bytes of a code object for a given spec and target.
 _SOURCES = sorted((_PKG / "aot" / "kernels").glob("*.py")) + [
+    _PKG / "abi" / "arch.py",  # per-arch codegen choices (tf32_mma_sync)
     _PKG / "abi" / "kernargs.py",
     _PKG / "abi" / "spec.py",
     _PKG / "aot" / "compile.py",

@@ -8,9 +8,12 @@ needs global scratch is refused (the launcher passes those pointers as null).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +65,33 @@ def compiler_identity() -> str:
     return COMPILER
 
 
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _triton_switches(spec: KernelSpec, target):
+    """Triton's codegen switches that only an environment variable reaches, pinned per compile
+    (set or cleared, never inherited: the cache key cannot see the builder's environment).
+    ``DISABLE_MMA_V3``: tf32 on an arch with ``tf32_mma_sync`` runs mma.sync (see ``abi.arch``)."""
+    want = {"DISABLE_MMA_V3": "1" if target.tf32_mma_sync and spec.precision == "tf32" else None}
+    with _ENV_LOCK:
+        saved = {k: os.environ.get(k) for k in want}
+        try:
+            for k, v in want.items():
+                _set_env(k, v)
+            yield
+        finally:
+            for k, v in saved.items():
+                _set_env(k, v)
+
+
+def _set_env(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
 _RES_USAGE = re.compile(r"Function (\S+):\s*REG:(\d+) STACK:(\d+)")
 
 
@@ -98,12 +128,13 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
     signature.update({name: "constexpr" for name in consts})
     src = ASTSource(fn, signature, constexprs=consts, attrs=decl.triton_attrs())
     t0 = time.perf_counter()
-    compiled = triton.compile(
-        src,
-        target=triton_target(target),
-        # fp fusion pinned: Triton's default follows an environment variable the key cannot see.
-        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages, "enable_fp_fusion": True},
-    )
+    with _triton_switches(spec, target):
+        compiled = triton.compile(
+            src,
+            target=triton_target(target),
+            # fp fusion pinned: Triton's default follows an environment variable the key cannot see.
+            options={"num_warps": spec.num_warps, "num_stages": spec.num_stages, "enable_fp_fusion": True},
+        )
     seconds = time.perf_counter() - t0
     md = compiled.metadata
     name = md.name

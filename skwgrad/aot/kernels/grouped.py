@@ -22,7 +22,7 @@ zeroes it again: not deterministic). The grid is split-major over the packed pro
 import triton
 import triton.language as tl
 
-from skwgrad.aot.kernels.wgrad import _mac, _tile_origin
+from skwgrad.aot.kernels.wgrad import _mac, _tile_origin, dot_precision
 
 
 @triton.jit
@@ -89,7 +89,7 @@ def constexprs(spec, target) -> dict:
         "IS_3D": spec.spatial_dims == 3,
         "VEC_C": spec.vec_c,
         "VEC_K": spec.vec_k,
-        "INPUT_PRECISION": spec.precision or "ieee",
+        "INPUT_PRECISION": dot_precision(spec, target),
         "VARIANT": spec.variant,
         "X_CACHE": ".ca" if target.backend == "cuda" else "",
     }

@@ -171,15 +171,19 @@ def _mac(
                 do_ = tl.where(carry, do_ - Do, do_)
             nb += step_nb + carry.to(tl.int32)
         offs_r += BK
-        if INPUT_PRECISION == "tf32":
-            # tf32 MMAs read K-major tiles, and both operands here are stored MN-major. Fed straight
-            # from a load, Triton writes that transpose with one 4-byte cp.async per element, each
-            # from another row (a sector per element). An elementwise op in between makes it load
-            # coalesced 16-byte vectors and transpose through registers: the H200's fp32 corpus
-            # row went from 180 to 89 us. ``+ 0.0`` changes nothing but the sign of a zero.
+        if INPUT_PRECISION == "tf32_via_registers":
+            # wgmma / MFMA tf32 read K-major tiles, and both operands here are stored MN-major. Fed
+            # straight from a load, Triton writes that transpose with one 4-byte cp.async per
+            # element, each from another row (a sector per element). An elementwise op in between
+            # makes it load coalesced 16-byte vectors and transpose through registers: the H200's
+            # fp32 corpus row went from 180 to 89 us on wgmma. ``+ 0.0`` changes nothing but the
+            # sign of a zero. On mma.sync (sm_90, ``dot_precision``) the fragment loads read either
+            # layout and the adds are only cost (run Q2: 3% slower with them).
             a = a + 0.0
             b = b + 0.0
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            acc = tl.dot(a, b, acc, input_precision="tf32")
+        else:
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
     return acc
 
 
@@ -433,6 +437,14 @@ def _streamk_body(
             it = seg_end
 
 
+def dot_precision(spec, target) -> str:
+    """``_mac``'s INPUT_PRECISION: Triton's ``input_precision``, or ``tf32_via_registers`` (tf32 with
+    the operands transposed through registers) where tf32 runs on wgmma / MFMA, i.e. on an arch
+    without ``tf32_mma_sync`` (compile.py builds tf32 on mma.sync there)."""
+    prec = spec.precision or "ieee"
+    return "tf32_via_registers" if prec == "tf32" and not target.tf32_mma_sync else prec
+
+
 def constexprs(spec, target) -> dict:
     c = {
         "BM": spec.bm,
@@ -442,7 +454,7 @@ def constexprs(spec, target) -> dict:
         "POINTWISE": spec.pointwise,
         "VEC_C": spec.vec_c,
         "VEC_K": spec.vec_k,
-        "INPUT_PRECISION": spec.precision or "ieee",
+        "INPUT_PRECISION": dot_precision(spec, target),
         "VARIANT": spec.variant,
         # NVIDIA: keep x in L1 (neighbouring taps re-read shifted windows of the same rows).
         # AMD: default policy; an L1 hint there pulled hidden kernargs into the gfx950 object.
