@@ -427,7 +427,12 @@ _BUILTIN: dict[str, tuple] = {
     # auto on the twenty-first; a set timed more than once is judged on its last file): 386 of 454
     # rows within 5% of the fastest (85%), geomean 1.021; model 5 (no packed-group iteration term) on
     # the same 21 sets: 381/454 (84%), 1.023 (benchmarks/results/costmodel_cv21_v6_2026-12-01.json).
-    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.038096, 0.00885671, 0.0864604, 0.0234799, 0.0400511, 0.0, 0.0, 4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0,
+    # main_mac_tf32_shared and main_mac_tf32 (positions 16 and 18) refitted alone, the rest held,
+    # after tf32 moved to mma.sync (abi.arch.tf32_mma_sync): H200 run Q1 timed 776 tf32 candidates
+    # of 18 fp32 layers (benchmarks/shapes/tf32_2026-12-02.csv). Fitted on either half of the
+    # layers, judged on the other: 15/18 within 5% of the fastest against 11/18 with the wgmma-era
+    # constants (0.038096, 0.0864604), geomean 1.023 against 1.054.
+    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.0175738, 0.00885671, 0.00940462, 0.0234799, 0.0400511, 0.0, 0.0, 4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0,
               # fixed_splitk_workspace (model 8): a prior, the fixed_sk_workspace constant (the same
               # Stage-2 of one reset replica after atomics), no timing behind it, until a device
               # calibration fits it
