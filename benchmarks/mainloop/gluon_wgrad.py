@@ -1,0 +1,296 @@
+"""Dense wgrad on Hopper from TMA im2col + wgmma, written in Gluon (issue 12, exploration).
+
+    dW[k, ky, kx, c] = sum over rows r = (n, ho, wo) of dy[r, k] * x[n, ho*s - p + ky*d, wo*s - p + kx*d, c]
+
+Per filter tap this is a plain GEMM: dW_tap (K x C) = dy^T (K x R) @ im2col_tap(x) (R x C), and
+Hopper's TMA builds both operands with no address arithmetic in the loop:
+- dy is the 2-D ``[R, K]`` matrix: a tiled box ``[BK, BM]`` of rows r0..r0+BK; the wgmma reads it
+  transposed from shared memory (``permute``), as an MN-major A operand;
+- x at one tap is TMA's im2col mode over the 4-D ``[N, H, W, C]`` tensor: BK consecutive output
+  positions (crossing rows and images), BN channels, shifted by the tap; positions outside the
+  image load as zero, which is exactly the padding; the traversal stride is the conv stride.
+So a reduction tile is any BK consecutive rows, for any Ho / Wo, stride and dilation.
+
+The loop is the classic Hopper pipeline in one warpgroup set: STAGES shared-memory slots, one
+mbarrier each; iteration i waits for slot i, issues its wgmma asynchronously, waits until at most
+that one wgmma is in flight (so the slot of i-1 is free) and refills that slot with i+STAGES-1.
+
+Split-K over the rows (``ks_iters`` tiles per split), every split adding its tile into an fp32
+``[K, TAPS, C]`` buffer with relaxed atomics (the mainloop harness's epilogue, so the numbers
+compare with ``kernels.py``). Nothing here is product code: the point is to measure whether this
+main loop reaches cuDNN on the large dense rows before any of it goes into ``skwgrad/``.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+
+@gluon.constexpr_function
+def _warps_per_cta(BM, num_warps):
+    # The wgmma atom is 4 warps along M; more warps go along M while M has rows for them.
+    w = [4, 1]
+    while w[0] * w[1] != num_warps:
+        if BM > 16 * w[0]:
+            w[0] *= 2
+        else:
+            w[1] *= 2
+    return w
+
+
+@gluon.constexpr_function
+def _instr_n(BM, BN, num_warps):
+    m_reps = -(-BM // 16)
+    n_reps = -(-num_warps // m_reps)
+    max_n = max(BN // n_reps, 8)
+    n = 256
+    while n > max_n or BN % n != 0:
+        n -= 8
+    return n
+
+
+@gluon.constexpr_function
+def _threads_per_warp(BN):
+    n = min(32, BN // 8)
+    return [32 // n, n]
+
+
+@gluon.jit
+def _issue(dy_desc, x_desc, bar, a_buf, b_buf, it, m0, c0, off_h, off_w, HoWo, Wo,
+           stride_h, stride_w, pad_h, pad_w, BK: gl.constexpr):  # fmt: skip
+    """TMA loads of reduction tile ``it`` (rows it*BK ..) into one pipeline slot."""
+    r0 = it * BK
+    n = r0 // HoWo
+    rem = r0 - n * HoWo
+    ho = rem // Wo
+    wo = rem - ho * Wo
+    mbarrier.expect(bar, dy_desc.block_type.nbytes + x_desc.block_type.nbytes)
+    tma.async_load(dy_desc, [r0, m0], bar, a_buf)
+    tma.async_load_im2col(x_desc, [n, ho * stride_h - pad_h, wo * stride_w - pad_w, c0], [off_h, off_w], bar, b_buf)
+
+
+@gluon.jit
+def wgrad_im2col(
+    dy_desc, x_desc, dw,
+    HoWo, Wo, C, K, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    m_tiles, c_tiles, ks_iters, total_iters,
+    STAGES: gl.constexpr, DIRECT: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    BK: gl.constexpr = dy_desc.block_type.shape[0]
+    BM: gl.constexpr = dy_desc.block_type.shape[1]
+    BN: gl.constexpr = x_desc.block_type.shape[1]
+    dtype: gl.constexpr = dy_desc.dtype
+
+    # tile = (output-channel block, tap, input-channel block); split-major grid
+    pid = gl.program_id(0)
+    tiles = m_tiles * TAPS * c_tiles
+    tile = pid % tiles
+    split = pid // tiles
+    mt = tile // (TAPS * c_tiles)
+    rest = tile % (TAPS * c_tiles)
+    tap = rest // c_tiles
+    ct = rest % c_tiles
+    m0 = mt * BM
+    c0 = ct * BN
+    ky = tap // X
+    kx = tap % X
+    off_h = (ky * dil_h).to(gl.int16)
+    off_w = (kx * dil_w).to(gl.int16)
+    it0 = split * ks_iters
+    n_it = gl.minimum(ks_iters, total_iters - it0)
+
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], dy_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], x_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for q in gl.static_range(STAGES):
+        mbarrier.init(bars.index(q), count=1)
+    for q in gl.static_range(STAGES - 1):
+        if q < n_it:
+            _issue(dy_desc, x_desc, bars.index(q), a_bufs.index(q), b_bufs.index(q), it0 + q, m0, c0, off_h, off_w,
+                   HoWo, Wo, stride_h, stride_w, pad_h, pad_w, BK)  # fmt: skip
+
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=_warps_per_cta(BM, num_warps), instr_shape=[16, _instr_n(BM, BN, num_warps), 16]
+    )
+    acc = gl.zeros([BM, BN], gl.float32, layout=mma_layout)
+    for i in range(n_it):
+        s = i % STAGES
+        mbarrier.wait(bars.index(s), (i // STAGES) & 1)
+        acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
+        # at most this wgmma in flight: the one before it is done and its slot free to refill
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        j = i + STAGES - 1
+        if j < n_it:
+            sj = j % STAGES
+            _issue(dy_desc, x_desc, bars.index(sj), a_bufs.index(sj), b_bufs.index(sj), it0 + j, m0, c0, off_h, off_w,
+                   HoWo, Wo, stride_h, stride_w, pad_h, pad_w, BK)  # fmt: skip
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    for q in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(q))
+
+    _epilogue(acc, dw, m0, c0, tap, K, C, TAPS, DIRECT, BM, BN, BN, num_warps)
+
+
+@gluon.jit
+def _epilogue(acc, dw, m0, c0, t0, K, C, TAPS, DIRECT: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+              CB: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """dW[m, tap, c] of the tile (column j: tap t0 + j // CB, channel c0 + j % CB): stored in
+    dW's dtype (DIRECT, one split) or added in fp32."""
+    # 8 consecutive channels per thread: 16-byte stores (the wgmma layout holds pairs)
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], _threads_per_warp(BN), [num_warps, 1], [1, 0])
+    offs_m = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, out_layout))
+    j = gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
+    tap = t0 + j // CB
+    c = c0 + j % CB
+    # C % 8 == 0 (TMA's 16-byte strides): each 8-channel vector is contiguous, aligned, one mask
+    col = gl.max_contiguous(gl.multiple_of(tap * C + c, 8), 8)
+    mask = (offs_m < K)[:, None] & gl.max_constancy((c < C) & (tap < TAPS), 8)[None, :]
+    row = gl.multiple_of(offs_m * (TAPS * C), 8)
+    ptr = dw + row[:, None] + col[None, :]
+    if DIRECT:
+        gl.store(ptr, gl.convert_layout(acc.to(dw.dtype.element_ty), out_layout), mask=mask)
+    else:
+        gl.atomic_add(ptr, gl.convert_layout(acc, out_layout), mask=mask, sem="relaxed")
+
+
+@gluon.jit
+def _ws_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
+                 stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr):  # fmt: skip
+    """One warp: waits for a free slot, arms its barrier and issues the TMA loads: one dy box and
+    one im2col box per tap of the tile (NT taps side by side along N: the dy box serves them all)."""
+    CB: gl.constexpr = x_desc.block_type.shape[1]
+    # expect_tx takes a constant: taps past TAPS (the last group) reload the last tap (masked at the end)
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
+    for i in range(n_it):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), (i // STAGES) & 1)
+        bar = ready.index(s)
+        r0 = (it0 + i) * BK
+        n = r0 // HoWo
+        rem = r0 - n * HoWo
+        ho = rem // Wo
+        wo = rem - ho * Wo
+        mbarrier.expect(bar, nbytes)
+        tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
+        for q in gl.static_range(NT):
+            tap = gl.minimum(t0 + q, TAPS - 1)
+            tma.async_load_im2col(
+                x_desc, [n, ho * stride_h - pad_h, wo * stride_w - pad_w, c0],
+                [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
+                bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
+            )  # fmt: skip
+
+
+@gluon.jit
+def _ws_consumer(a_bufs, b_bufs, ready, empty, n_it, STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                 num_warps: gl.constexpr):  # fmt: skip
+    """The MMA warpgroups: wait for a full slot, issue its wgmma, free the slot of the one before."""
+    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=_warps_per_cta(BM, num_warps), instr_shape=[16, _instr_n(BM, BN, num_warps), 16]
+    )
+    acc = gl.zeros([BM, BN], gl.float32, layout=mma_layout)
+    for i in range(n_it):
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    return acc
+
+
+@gluon.jit
+def wgrad_im2col_ws(
+    dy_desc, x_desc, dw,
+    HoWo, Wo, C, K, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    m_tiles, c_tiles, ks_iters, total_iters,
+    STAGES: gl.constexpr, DIRECT: gl.constexpr, NT: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """Warp-specialized: a producer warp feeds the ring through empty/ready mbarrier pairs, so the
+    MMA warps never stop at a CTA barrier to issue TMA. A tile is BM output channels x NT taps x
+    CB input channels (BN = NT * CB columns; NT > 1 shares one dy box among NT taps, for C <= CB).
+    DIRECT: ks_count == 1, dW stored in its dtype; else fp32 atomics as in ``wgrad_im2col``."""
+    BK: gl.constexpr = dy_desc.block_type.shape[0]
+    BM: gl.constexpr = dy_desc.block_type.shape[1]
+    CB: gl.constexpr = x_desc.block_type.shape[1]
+    BN: gl.constexpr = NT * CB
+    dtype: gl.constexpr = dy_desc.dtype
+    pid = gl.program_id(0)
+    tap_groups = (TAPS + NT - 1) // NT
+    tiles = m_tiles * tap_groups * c_tiles
+    tile = pid % tiles
+    split = pid // tiles
+    mt = tile // (tap_groups * c_tiles)
+    rest = tile % (tap_groups * c_tiles)
+    t0 = (rest // c_tiles) * NT
+    ct = rest % c_tiles
+    m0 = mt * BM
+    c0 = ct * CB
+    it0 = split * ks_iters
+    n_it = gl.minimum(ks_iters, total_iters - it0)
+
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], dy_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for q in gl.static_range(STAGES):
+        mbarrier.init(ready.index(q), count=1)
+        mbarrier.init(empty.index(q), count=1)
+        mbarrier.arrive(empty.index(q), count=1)  # every slot starts free
+    acc = gl.warp_specialize(
+        [
+            (_ws_consumer, (a_bufs, b_bufs, ready, empty, n_it, STAGES, BM, BN, num_warps)),
+            (_ws_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w,
+                            HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT)),
+        ],
+        [1],
+        [24],
+    )  # fmt: skip
+    for q in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(q))
+        mbarrier.invalidate(empty.index(q))
+    _epilogue(acc, dw, m0, c0, t0, K, C, TAPS, DIRECT, BM, BN, CB, num_warps)
+
+
+# ---------------------------------------------------------------------------------------------
+# AOT build (this machine, Triton 3.9): cubin + what the device runner needs to launch it
+# ---------------------------------------------------------------------------------------------
+def shared_layout_repr(block, dtype_bits=16):
+    """The NVMMASharedLayout Gluon picks by default for a [rows, cols] 16-bit tile (repr form)."""
+    row_bytes = block[1] * dtype_bits // 8
+    swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32 if row_bytes % 32 == 0 else 0
+    return f"NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth={dtype_bits}, rank=2)"
+
+
+def build(BM, BN, BK, stages, num_warps, dtype="bf16", ws=False, direct=False, nt=1):
+    """Compile one configuration for sm_90; returns (cubin bytes, metadata dict, asm)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    dy_t = f"tensordesc<{dtype}[{BK},{BM}],{shared_layout_repr([BK, BM])}>"
+    x_t = f"tensordesc_im2col<{dtype}[{BK},{BN}],input_rank=4,{shared_layout_repr([BK, BN])}>"
+    sig = {"dy_desc": dy_t, "x_desc": x_t, "dw": f"*{dtype}" if direct else "*fp32"}
+    for name in ("HoWo", "Wo", "C", "K", "X", "TAPS", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
+                 "m_tiles", "c_tiles", "ks_iters", "total_iters"):  # fmt: skip
+        sig[name] = "i32"
+    consts = {"STAGES": stages, "DIRECT": direct, "num_warps": num_warps}
+    if ws:
+        consts["NT"] = nt  # BN is then the channels of one tap's im2col box
+    for name in consts:
+        sig[name] = "constexpr"
+    # dW is 16-byte aligned (the launcher's allocations are)
+    src = GluonASTSource(wgrad_im2col_ws if ws else wgrad_im2col, sig, constexprs=consts, attrs={(2,): [["tt.divisibility", 16]]})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "enable_fp_fusion": True})
+    md = k.metadata
+    meta = {
+        "name": md.name,
+        "config": dict(BM=BM, BN=BN * nt, CB=BN, NT=nt, BK=BK, stages=stages, num_warps=num_warps, dtype=dtype, ws=ws, direct=direct),
+        "shared": md.shared,
+        "num_warps": md.num_warps,
+        "global_scratch_size": getattr(md, "global_scratch_size", 0),
+        "tensordesc_meta": list(getattr(md, "tensordesc_meta", None) or []),
+    }
+    return bytes(k.asm["cubin"]), meta, k.asm
