@@ -58,17 +58,34 @@ def _threads_per_warp(BN):
 
 
 @gluon.jit
-def _issue(dy_desc, x_desc, bar, a_buf, b_buf, it, m0, c0, off_h, off_w, HoWo, Wo,
-           stride_h, stride_w, pad_h, pad_w, BK: gl.constexpr):  # fmt: skip
-    """TMA loads of reduction tile ``it`` (rows it*BK ..) into one pipeline slot."""
-    r0 = it * BK
+def _tile(m_tiles, tap_groups, c_tiles):
+    """(split, output-channel block, tap group, input-channel block) of this CTA; split-major grid."""
+    pid = gl.program_id(0)
+    tiles = m_tiles * tap_groups * c_tiles
+    tile = pid % tiles
+    rest = tile % (tap_groups * c_tiles)
+    return pid // tiles, tile // (tap_groups * c_tiles), rest // c_tiles, rest % c_tiles
+
+
+@gluon.jit
+def _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w):
+    """The im2col coordinate [n, h, w] of reduction row r0 = (n, ho, wo): where its window starts."""
     n = r0 // HoWo
     rem = r0 - n * HoWo
     ho = rem // Wo
     wo = rem - ho * Wo
+    return n, ho * stride_h - pad_h, wo * stride_w - pad_w
+
+
+@gluon.jit
+def _issue(dy_desc, x_desc, bar, a_buf, b_buf, it, m0, c0, off_h, off_w, HoWo, Wo,
+           stride_h, stride_w, pad_h, pad_w, BK: gl.constexpr):  # fmt: skip
+    """TMA loads of reduction tile ``it`` (rows it*BK ..) into one pipeline slot."""
+    r0 = it * BK
+    n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
     mbarrier.expect(bar, dy_desc.block_type.nbytes + x_desc.block_type.nbytes)
     tma.async_load(dy_desc, [r0, m0], bar, a_buf)
-    tma.async_load_im2col(x_desc, [n, ho * stride_h - pad_h, wo * stride_w - pad_w, c0], [off_h, off_w], bar, b_buf)
+    tma.async_load_im2col(x_desc, [n, h, w, c0], [off_h, off_w], bar, b_buf)
 
 
 @gluon.jit
@@ -83,15 +100,7 @@ def wgrad_im2col(
     BN: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = dy_desc.dtype
 
-    # tile = (output-channel block, tap, input-channel block); split-major grid
-    pid = gl.program_id(0)
-    tiles = m_tiles * TAPS * c_tiles
-    tile = pid % tiles
-    split = pid // tiles
-    mt = tile // (TAPS * c_tiles)
-    rest = tile % (TAPS * c_tiles)
-    tap = rest // c_tiles
-    ct = rest % c_tiles
+    split, mt, tap, ct = _tile(m_tiles, TAPS, c_tiles)
     m0 = mt * BM
     c0 = ct * BN
     ky = tap // X
@@ -168,16 +177,13 @@ def _ws_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c
         mbarrier.wait(empty.index(s), (i // STAGES) & 1)
         bar = ready.index(s)
         r0 = (it0 + i) * BK
-        n = r0 // HoWo
-        rem = r0 - n * HoWo
-        ho = rem // Wo
-        wo = rem - ho * Wo
+        n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
         mbarrier.expect(bar, nbytes)
         tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
         for q in gl.static_range(NT):
             tap = gl.minimum(t0 + q, TAPS - 1)
             tma.async_load_im2col(
-                x_desc, [n, ho * stride_h - pad_h, wo * stride_w - pad_w, c0],
+                x_desc, [n, h, w, c0],
                 [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
                 bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
             )  # fmt: skip
@@ -217,15 +223,8 @@ def wgrad_im2col_ws(
     CB: gl.constexpr = x_desc.block_type.shape[1]
     BN: gl.constexpr = NT * CB
     dtype: gl.constexpr = dy_desc.dtype
-    pid = gl.program_id(0)
-    tap_groups = (TAPS + NT - 1) // NT
-    tiles = m_tiles * tap_groups * c_tiles
-    tile = pid % tiles
-    split = pid // tiles
-    mt = tile // (tap_groups * c_tiles)
-    rest = tile % (tap_groups * c_tiles)
-    t0 = (rest // c_tiles) * NT
-    ct = rest % c_tiles
+    split, mt, tg, ct = _tile(m_tiles, (TAPS + NT - 1) // NT, c_tiles)
+    t0 = tg * NT
     m0 = mt * BM
     c0 = ct * CB
     it0 = split * ks_iters
