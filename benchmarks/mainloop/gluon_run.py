@@ -120,12 +120,7 @@ class Gpu:
     def encode_tiled(self, t, shape, td):
         cu = self.cu
         rank = len(shape)
-        dims = [int(s) for s in reversed(shape)]
-        strides = []
-        acc = t.element_size()
-        for s in reversed(shape[1:]):
-            acc *= int(s)
-            strides.append(acc)
+        dims, strides = _dims_strides(t, shape)
         res = cu.cuTensorMapEncodeTiled(
             cu.CUtensorMapDataType(_host_dtype(td["elem_type"])), rank, t.data_ptr(), _u64(dims), _u64(strides),
             _u32(reversed(td["block_size"])), _u32([1] * rank),
@@ -137,12 +132,7 @@ class Gpu:
     def encode_im2col(self, t, shape, td, lower, upper, elem_strides):
         cu = self.cu
         rank = len(shape)
-        dims = [int(s) for s in reversed(shape)]
-        strides = []
-        acc = t.element_size()
-        for s in reversed(shape[1:]):
-            acc *= int(s)
-            strides.append(acc)
+        dims, strides = _dims_strides(t, shape)
         res = cu.cuTensorMapEncodeIm2col(
             cu.CUtensorMapDataType(_host_dtype(td["elem_type"])), rank, t.data_ptr(), _u64(dims), _u64(strides),
             list(reversed(lower)), list(reversed(upper)), int(td["block_size"][1]), int(td["block_size"][0]),
@@ -151,6 +141,16 @@ class Gpu:
             cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B, cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )  # fmt: skip
         return self.tmap_bytes(self.check(res, "cuTensorMapEncodeIm2col"))
+
+
+def _dims_strides(t, shape):
+    """The driver's view of a packed tensor: dims innermost first, byte strides of the outer dims."""
+    dims = [int(s) for s in reversed(shape)]
+    strides, acc = [], t.element_size()
+    for s in reversed(shape[1:]):
+        acc *= int(s)
+        strides.append(acc)
+    return dims, strides
 
 
 def _u64(vals):

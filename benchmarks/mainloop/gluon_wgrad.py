@@ -52,6 +52,14 @@ def _instr_n(BM, BN, num_warps):
 
 
 @gluon.constexpr_function
+def _mma_layout(BM, BN, num_warps):
+    """The wgmma accumulator layout of a BM x BN tile (16-bit operands: k = 16)."""
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=_warps_per_cta(BM, num_warps), instr_shape=[16, _instr_n(BM, BN, num_warps), 16]
+    )
+
+
+@gluon.constexpr_function
 def _threads_per_warp(BN):
     n = min(32, BN // 8)
     return [32 // n, n]
@@ -120,9 +128,7 @@ def wgrad_im2col(
             _issue(dy_desc, x_desc, bars.index(q), a_bufs.index(q), b_bufs.index(q), it0 + q, m0, c0, off_h, off_w,
                    HoWo, Wo, stride_h, stride_w, pad_h, pad_w, BK)  # fmt: skip
 
-    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=_warps_per_cta(BM, num_warps), instr_shape=[16, _instr_n(BM, BN, num_warps), 16]
-    )
+    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
     acc = gl.zeros([BM, BN], gl.float32, layout=mma_layout)
     for i in range(n_it):
         s = i % STAGES
@@ -193,9 +199,7 @@ def _ws_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c
 def _ws_consumer(a_bufs, b_bufs, ready, empty, n_it, STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                  num_warps: gl.constexpr):  # fmt: skip
     """The MMA warpgroups: wait for a full slot, issue its wgmma, free the slot of the one before."""
-    mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=_warps_per_cta(BM, num_warps), instr_shape=[16, _instr_n(BM, BN, num_warps), 16]
-    )
+    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
     acc = gl.zeros([BM, BN], gl.float32, layout=mma_layout)
     for i in range(n_it):
         s = i % STAGES
