@@ -200,4 +200,4 @@ def test_a_corpus_it_has_never_seen_gets_a_kernel_for_every_row():
             if (name, arch) in ps.unserved:
                 continue
             c = select.choose(p, cache, arch=arch, cus=132)
-            assert c.spec.family in ("wgrad", "wgrad_sk", "dwconv", "grouped") and (c.stage2 is None or c.stage2.spec.dw_dtype == p.dw_dtype)
+            assert c.spec.family in ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma") and (c.stage2 is None or c.stage2.spec.dw_dtype == p.dw_dtype)

@@ -478,7 +478,7 @@ def test_splitk_workspace_prices_its_atomics_and_one_reset_replica(ks):
 def test_splitk_workspace_class_constant_is_the_stream_k_workspace_prior():
     # model 8 added the class; until a device calibration fits it, its constant is the stream-K
     # workspace class's (every arch: the AMD priors scale sm_90's alike)
-    assert M.MODEL_VERSION == 8 and M.CLASSES[-1] == ("wgrad", "workspace") and M.TERMS[-1] == "fixed_splitk_workspace"
+    assert ("wgrad", "workspace") in M.CLASSES and "fixed_splitk_workspace" in M.TERMS
     for arch in ("sm_90", "gfx942", "gfx950"):
         c = dict(zip(M.TERMS, M.builtin(arch).constants))
         assert c["fixed_splitk_workspace"] == c["fixed_sk_workspace"] > 0, arch
@@ -491,6 +491,6 @@ def test_splitk_workspace_class_constant_is_the_stream_k_workspace_prior():
     assert d["stage2_chain"] == 1 and d["launch"] == 2
     # a stored model of the previous version names other terms: it is not read
     old = json.loads(M.builtin("sm_90").to_json())
-    old.update(version=7, terms=list(M.TERMS[:-1]), constants=old["constants"][:-1])
-    with pytest.raises(ProblemError, match="version 8"):
+    old.update(version=M.MODEL_VERSION - 1, terms=list(M.TERMS[:-1]), constants=old["constants"][:-1])
+    with pytest.raises(ProblemError, match=f"version {M.MODEL_VERSION}"):
         M.CostModel.from_json(json.dumps(old))

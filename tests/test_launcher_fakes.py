@@ -54,7 +54,15 @@ class FakeEntry:
     created: float = 0.0
 
 
-KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce", "dwconv": "dwconv_wgrad", "grouped": "grouped_wgrad", "pad": "pad_rows"}
+KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce", "dwconv": "dwconv_wgrad", "grouped": "grouped_wgrad", "pad": "pad_rows",
+                "wgrad_tma": "wgrad_tma"}  # fmt: skip
+
+
+def fake_tensor_maps(spec: KernelSpec) -> list[dict]:
+    """The descriptor metadata the compiler records for a wgrad_tma kernel (boxes split at 64 columns)."""
+    box = lambda rows, cols, im2col: {"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [rows, min(cols, 64)],  # noqa: E731
+                                      "fp4_padded": False, "is_im2col": im2col}  # fmt: skip
+    return [box(spec.bk, spec.bm, False), box(spec.bk, spec.tma_channels, True)]
 
 
 def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int = 2, wave: int | None = None) -> dict:
@@ -62,7 +70,7 @@ def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int
     wave = wave or (64 if arch.startswith("gfx") else 32)
     decl = declaration(spec.family, spec.variant)
     slots, size = decl.layout(tail)
-    threads = spec.num_warps * wave
+    threads = spec.threads_per_cta(wave)
     name = KERNEL_NAMES[spec.family]
     if spec.family == "wgrad_sk" and spec.variant in ("linear", "tree"):
         name = "wgrad_streamk_fixup"
@@ -77,6 +85,7 @@ def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int
         "kernarg": {"names": list(decl.names), "offsets": [s.offset for s in slots[: len(decl.args)]], "size": size, "tail_pointers": tail},
         "flags_per_cta": threads if (spec.family == "wgrad_sk" and spec.variant in ("linear", "tree")) else 0,
         "compiler": "triton-fake",
+        **({"tensor_maps": fake_tensor_maps(spec)} if spec.family == "wgrad_tma" else {}),
     }
 
 
@@ -215,6 +224,19 @@ class FakeBackend(Backend):
     def live_bytes(self) -> int:
         return sum(len(b) for b in self._mem.values())
 
+    # tensor maps: 128 bytes "TMAP", the request's index here, the address (the emulator reads them back)
+    def encode_tensor_map(self, request, desc, ptr):
+        self.tmap_requests = getattr(self, "tmap_requests", [])
+        self.tmap_requests.append((request, dict(desc)))
+        self.calls.append(("encode_tensor_map", request.operand))
+        return len(self.tmap_requests) - 1
+
+    def tensor_map_at(self, tmap, ptr):
+        if ptr % 16:
+            raise AssertionError("unaligned tensor-map address")
+        self.calls.append(("tensor_map_at", ptr))
+        return struct.pack("<4sIQ", b"TMAP", tmap, ptr).ljust(128, b"\0")
+
     def memset(self, ptr, byte, nbytes, stream=0):
         buf, off = self._resolve(ptr, nbytes)
         buf[off : off + nbytes] = bytes([byte]) * nbytes
@@ -335,6 +357,13 @@ def decode(spec: KernelSpec, data: bytes, fn=None) -> dict:
     for s in slots:
         if s.arg.kind == "ptr":
             out[s.arg.name] = struct.unpack_from("<Q", data, s.offset)[0]
+        elif s.arg.kind == "i64":
+            out[s.arg.name] = struct.unpack_from("<q", data, s.offset)[0]
+        elif s.arg.kind == "tmap":
+            magic, index, ptr = struct.unpack_from("<4sIQ", data, s.offset)
+            if magic != b"TMAP":
+                raise FakeFault(f"{s.arg.name} is not a tensor map this backend encoded")
+            out[s.arg.name] = (index, ptr)
         else:
             out[s.arg.name] = struct.unpack_from("<i", data, s.offset)[0]
     return out
@@ -410,6 +439,47 @@ def _grid_size(grid) -> int:
     return int(np.prod(grid)) if isinstance(grid, (tuple, list)) else int(grid)
 
 
+def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
+    """A wgrad_tma launch: the problem from its scalars, x and dy from its two tensor maps (whose
+    requests must describe that problem), then the split-K epilogue (workspace: into the replica)."""
+    from skwgrad.abi.launch import tma_geometry
+
+    n, h, w, c = (a[f"x_shape{i}"] for i in range(4))
+    k, xw, taps = a["K"], a["X"], a["TAPS"]
+    y = taps // xw
+    sh, sw, ph, pw, dh, dwl = a["stride_h"], a["stride_w"], a["pad_h"], a["pad_w"], a["dil_h"], a["dil_w"]
+    ho = a["HoWo"] // a["Wo"]
+    pad_hi = (0, max(0, (ho - 1) * sh + dh * (y - 1) + 1 - h - ph), max(0, (a["Wo"] - 1) * sw + dwl * (xw - 1) + 1 - w - pw))
+    p = ConvProblem(n=n, c=c, k=k, hi=h, wi=w, y=y, x=xw, stride=(1, sh, sw), pad_lo=(0, ph, pw), pad_hi=pad_hi,
+                    dilation=(1, dh, dwl), dtype=spec.dtype, dw_dtype=spec.dw_dtype)  # fmt: skip
+    if (p.ho, p.wo) != (ho, a["Wo"]):
+        raise FakeFault(f"kernargs HoWo/Wo do not follow from the other scalars ({p.ho}x{p.wo})")
+    geo = tma_geometry(p, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, taps_per_tile=spec.block, ks_count=a["ks_count"] if "ks_count" in a else 1)
+    ptrs = {}
+    for name, operand in (("dy_map", "dy"), ("x_map", "x")):
+        index, ptr = a[name]
+        req, desc = be.tmap_requests[index]
+        want = next(r for r in geo.tensor_maps if r.operand == operand)
+        if req != want:
+            raise FakeFault(f"{name} was encoded for {req}, the launch needs {want}")
+        ptrs[operand] = ptr
+    if a["total_iters"] != geo.tiling.iters_per_tile or a["ks_iters"] * -(-grid // geo.tiling.num_tiles) < a["total_iters"]:
+        raise FakeFault(f"ks_iters {a['ks_iters']} x {grid // geo.tiling.num_tiles} splits do not cover {a['total_iters']} row blocks")
+    ref = _reference(be, p, {**a, **ptrs})
+    numel = p.dw_numel
+    if spec.variant == "direct":
+        if grid != geo.tiling.num_tiles:
+            raise FakeFault("direct epilogue launched with more than one split")
+        _store(be, a["dw"], ref, spec.dw_dtype)
+    elif spec.variant == "atomic":
+        _store(be, a["dw"], be.read_array(a["dw"], numel, "fp32").astype(np.float64) + ref, "fp32")
+    else:
+        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
+        if np.any(cur != 0):
+            raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
+        _store(be, a["ws_ptr"], ref, "fp32")
+
+
 def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
     """What the real kernel would leave in memory (float64 math, rounded on store)."""
     if spec.family == "pad":  # per copy: dst[r, c] = src[row(r) * src_pitch + c] for c < width, else 0
@@ -421,6 +491,9 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
         _store(be, a["dw"], ws.sum(axis=0), spec.dw_dtype)
         if a["reset"]:
             be.write(a["ws_ptr"], bytes(4 * n * r))
+        return
+    if spec.family == "wgrad_tma":
+        _emulate_tma(be, spec, a, grid)
         return
     p = _problem_from_args(a, spec, spec.dtype, spec.dw_dtype)
     if a["ks_count"] <= 0 or a["ks_iters"] <= 0:

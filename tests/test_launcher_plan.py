@@ -362,7 +362,7 @@ def test_repeated_launches_allocate_nothing_and_revalidate_nothing(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("validation or geometry work in the launch path")
 
-    monkeypatch.setattr(plan_mod, "launch_geometry", boom)
+    monkeypatch.setattr(plan_mod, "spec_geometry", boom)
     monkeypatch.setattr(plan_mod, "check_metadata", boom)
     monkeypatch.setattr(type(LONG), "tiling", boom)
     for pl in plans:

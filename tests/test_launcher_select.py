@@ -399,7 +399,7 @@ def test_a_request_no_preset_builds_still_names_what_serves_the_problem():
     assert any(it.spec.family == "wgrad" and S._admits(it.spec, p) for it in items)
     for it in items:
         c.add(it.spec, it.arch)
-    assert S.choose(p, c, arch="sm_90", cus=132).spec.family in ("wgrad", "wgrad_sk")  # auto is served
+    assert S.choose(p, c, arch="sm_90", cus=132).spec.family in ("wgrad", "wgrad_sk", "wgrad_tma")  # auto is served
 
 
 def test_depthwise_and_grouped_problems_take_their_families():
@@ -429,7 +429,7 @@ def test_depthwise_and_grouped_problems_take_their_families():
     assert packed and {x.spec.block * rx.k for x in packed} == {x.spec.bm for x in packed}  # full packed M tiles, ranked
     assert all(x.predicted_us is not None for x in packed)
     dense = parse_problem("n=32,c=64,k=64,h=56,w=56,y=3,x=3,padding=1")
-    assert S.choose(dense, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.family in ("wgrad", "wgrad_sk")
+    assert S.choose(dense, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.family in ("wgrad", "wgrad_sk", "wgrad_tma")
 
 
 def test_narrow_packed_tiles_give_way_to_wide_ones_where_the_arch_has_a_wide_mma():

@@ -45,7 +45,10 @@ def test_smoke_has_every_family_mode_and_reduction_per_arch(arch):
     items = sweep("smoke", arches=[arch])
     assert {it.arch for it in items} == {arch}
     ss = specs(items)
-    assert 13 <= len(ss) <= 22, len(ss)  # small: CI compiles it
+    assert 13 <= len(ss) <= 24, len(ss)  # small: CI compiles it
+    # the TMA im2col family where the arch has it (sm_90), with a workspace and an atomic epilogue
+    tma = {(s.variant, s.dw_dtype) for s in ss if s.family == "wgrad_tma"}
+    assert tma == ({("workspace", "bf16"), ("atomic", "fp32")} if ARCHES[arch].tma_im2col else set())
     wg = {s.variant for s in ss if s.family == "wgrad"}
     assert wg == {"direct", "atomic", "two_stage"}
     sk = {(s.mode, s.variant) for s in ss if s.family == "wgrad_sk"}

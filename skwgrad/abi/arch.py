@@ -33,6 +33,8 @@ class Arch:
     # memory with a wait on every wgmma; mma.sync's fragment loads read either layout. H200 run
     # Q1 (session 12): 776 tf32 candidates 1.67x faster on mma.sync, none slower by more than 13%.
     tf32_mma_sync: bool = False
+    # TMA with the im2col mode and warp specialization: the ``wgrad_tma`` family builds for it.
+    tma_im2col: bool = False
 
     def default_warps(self, bm: int, bn: int, bk: int) -> int:
         """Warps of a tile: the default preset's choice when it has the tile, else 8 for tiles of
@@ -65,7 +67,7 @@ ARCHES: dict[str, Arch] = {
         Arch(
             "sm_90", "cuda", 132, 32, 228 * 1024, "H200 SXM", tf32=True,
             default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
-            default_stages=3, full_stages=(2, 3, 4), wide_mma_rows=64, tf32_mma_sync=True,
+            default_stages=3, full_stages=(2, 3, 4), wide_mma_rows=64, tf32_mma_sync=True, tma_im2col=True,
         ),  # fmt: skip
     )
 }

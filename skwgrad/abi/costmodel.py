@@ -87,7 +87,7 @@ from skwgrad.abi.launch import LaunchGeometry
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 8  # 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 9  # 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -104,14 +104,16 @@ CLASSES = (
     ("wgrad", "direct"), ("wgrad", "two_stage"), ("wgrad", "atomic"),
     ("wgrad_sk", "linear"), ("wgrad_sk", "tree"), ("wgrad_sk", "workspace"), ("wgrad_sk", "atomic"),
     ("wgrad", "workspace"),  # model 8
+    ("wgrad_tma", "direct"), ("wgrad_tma", "atomic"), ("wgrad_tma", "workspace"),  # model 9
 )  # fmt: skip
+_CLASS_PREFIX = {"wgrad": "splitk", "wgrad_sk": "sk", "wgrad_tma": "tma"}
 TERMS = (
     "main_iter", "main_mac", "main_mac_shared", "main_loads_shared", "main_bytes_shared",
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
     "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped", "epilogue_narrow",
-    "main_loads_narrow",
-    *(f"fixed_{'splitk' if f == 'wgrad' else 'sk'}_{v}" for f, v in CLASSES),
+    "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma",
+    *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
 # Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
@@ -122,7 +124,7 @@ MAC_COST = {
     "gfx942": {"": 1.0, "tf32": 2.0, "ieee": 8.0},
     "gfx950": {"": 1.0, "tf32": 2.0, "ieee": 16.0},
 }
-MODELLED_FAMILIES = ("wgrad", "wgrad_sk", "grouped")  # grouped: split-K on the packed problem
+MODELLED_FAMILIES = ("wgrad", "wgrad_sk", "grouped", "wgrad_tma")  # grouped: split-K on the packed problem
 # Last-level cache the CUs share, per arch (H200: 50 MiB L2; MI300X / MI355X: 256 MiB Infinity
 # Cache). Only the l2_refetch term reads it.
 L2_BYTES = {"sm_90": 50 << 20, "gfx942": 256 << 20, "gfx950": 256 << 20}
@@ -172,7 +174,9 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     part = geo.partition
     total = tiles * ipt
     sk_len = 0
-    if spec.family in ("wgrad", "grouped"):
+    splitk = spec.family in ("wgrad", "grouped", "wgrad_tma")
+    tma = spec.family == "wgrad_tma"
+    if splitk:
         longest = geo.ks_iters
         grain = geo.ks_iters
     elif spec.mode == "dp_sk":
@@ -191,7 +195,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     # split-K grid beyond one wave puts ceil(grid / CUs) CTAs on a CU, and its tail wave shares
     # the CU with fewer CTAs than a full wave (which path x r counts it as). Stream-K's CTAs are
     # one wave (the pool) or persistent: path x r is what its busiest CU runs.
-    cu_iters = math.ceil(grid / cus) * longest if spec.family in ("wgrad", "grouped") else path * resident
+    cu_iters = math.ceil(grid / cus) * longest if splitk else path * resident
 
     elt = DTYPE_BYTES[problem.dtype]
     out = DTYPE_BYTES[problem.dw_dtype]
@@ -219,7 +223,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         else:
             stores = waves + max(0.0, sk_stores - 1.0)
     cu_stores = stores * resident  # the co-resident CTAs' stores share the CU
-    if spec.family in ("wgrad", "grouped"):
+    if splitk:
         cu_stores = math.ceil(grid / cus)  # every CTA on the busiest CU stores once (a tail wave's fewer)
     epilogue = cu_stores * tile_out * partial / 1024.0
     # store instructions beyond 16-byte ones (a tile row stores min(vec_c, 16 / partial) elements
@@ -239,7 +243,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         elif v in ("workspace", "atomic"):
             # every SK segment (one per CTA, plus one per tile boundary inside the SK range) adds its partial
             fix_atomic = (part.sk_ctas + part.sk_tiles) * tile_out / 1024.0 / cus
-    elif v == "atomic" or (v == "workspace" and spec.family != "wgrad_sk"):
+    elif v == "atomic" or (v == "workspace" and spec.family != "wgrad_sk"):  # split-K, grouped, TMA
         # split-K atomic / workspace: every split adds its tile, into dW or into the one replica
         fix_atomic = grid * tile_out / 1024.0 / cus
     stage2_bytes = stage2_chain = 0.0
@@ -258,9 +262,19 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         miss = max(0.0, 1.0 - L2_BYTES.get(arch, L2_BYTES["sm_90"]) / footprint)
         read = part.sk_tiles * ipt * spec.bk * (spec.bm + spec.bn) * elt  # the SK CTAs' loads, all tiles
         refetch = max(0.0, read - footprint * part.sk_tiles / tiles) * miss / 1048576.0 / cus
+    if tma:
+        # TMA issues the loads (no per-thread load instructions or addresses): the loop is priced
+        # by its own per-iteration latency, matrix throughput and bytes landed in shared memory,
+        # and the load terms of the Triton kernels are zero for it
+        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes)
+        loads = narrow_loads = 0.0
+        own = (0.0, 0.0, 0.0)
+    else:
+        tma_terms = (0.0, 0.0, 0.0)
+        own = (float(path), 0.0 if fp32_in else cu_iters * mac, cu_iters * nbytes)
     values = (
-        float(path), path * mac_warp, 0.0 if fp32_in else cu_iters * mac, cu_iters * loads,
-        cu_iters * nbytes, epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
+        own[0], path * mac_warp, own[1], cu_iters * loads,
+        own[2], epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
         cu_iters * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0,
         cu_iters * mac if fp32_in and spec.precision != "tf32" else 0.0, stage2_chain, refetch,
         cu_iters * mac if fp32_in and spec.precision == "tf32" else 0.0,
@@ -268,6 +282,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         path * mac_warp if fp32_in and spec.precision == "tf32" else 0.0,
         cu_iters * loads if spec.family == "wgrad_sk" and not spec.pointwise else 0.0,
         float(path) if spec.family == "grouped" else 0.0, max(0.0, epilogue_narrow), path * narrow_loads,
+        *tma_terms,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
     )  # fmt: skip
     return Terms(values, resident, path)
@@ -414,6 +429,11 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # Fitted on the reference parts; see benchmarks/RESULTS.md for the run each comes from. An arch
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
+# The TMA im2col family (model 9): main_iter_tma, main_mac_tma, main_bytes_tma, and the fixed cost
+# of its direct / atomic / workspace classes, fitted with every other constant held on the H200
+# timings of its loop (benchmarks/fit_tma_terms.py: runs R2/R3 of benchmarks/mainloop/gluon_run.py).
+_TMA_LOOP_SM90 = (0.02, 0.005, 0.002)
+_TMA_CLASSES_SM90 = (0.0, 0.0, 0.0)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
@@ -432,11 +452,14 @@ _BUILTIN: dict[str, tuple] = {
     # of 18 fp32 layers (benchmarks/shapes/tf32_2026-12-02.csv). Fitted on either half of the
     # layers, judged on the other: 15/18 within 5% of the fastest against 11/18 with the wgmma-era
     # constants (0.038096, 0.0864604), geomean 1.023 against 1.054.
-    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.0175738, 0.00885671, 0.00940462, 0.0234799, 0.0400511, 0.0, 0.0, 4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0,
+    "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.0175738, 0.00885671, 0.00940462, 0.0234799, 0.0400511, 0.0, 0.0,
+              *_TMA_LOOP_SM90,
+              4.12504, 5.20626, 0.0, 5.66788, 0.0, 6.32689, 0.0,
               # fixed_splitk_workspace (model 8): a prior, the fixed_sk_workspace constant (the same
               # Stage-2 of one reset replica after atomics), no timing behind it, until a device
               # calibration fits it
-              6.32689),
+              6.32689,
+              *_TMA_CLASSES_SM90),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -466,7 +489,8 @@ _DEFAULT_PRIOR = (
     0.03, 0.05,  # tf32 matrix work, exposed loads
     0.01, 0.0, 0.0,  # tf32 per-warp MMA chain, SK gather loads, packed-group iteration
     0.5, 0.01,  # narrow tile stores, narrow loads (per 1024 instructions per thread beyond 16-byte ones)
-    0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
+    0.02, 0.005, 0.002,  # TMA loop: per iteration on the path, matrix work, bytes landed
+    0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
 

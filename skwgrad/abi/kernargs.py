@@ -54,7 +54,7 @@ SK_SCALARS = (
 PAD_COPIES = 2
 PAD_COPY_SCALARS = ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows", "scatter")
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma")
 HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
 # Split-K epilogues: direct (ks_count = 1), atomic (fp32 dW), two_stage (a whole f32 replica per
 # split, summed in order: deterministic), workspace (atomics into one f32 replica that Stage-2
@@ -65,16 +65,33 @@ WORKSPACE_VARIANTS = ("two_stage", "workspace")  # the variants whose ws_ptr / w
 FLAG_REDUCTIONS = ("linear", "tree")  # reductions that hand partials over through flags
 
 
+# Where the kernel parameters start in the absolute parameter space of sm_90 (constant bank 0,
+# c[0x0][0x210]). Natural alignment is counted from there: it moves nothing 16-byte aligned or
+# less (0x210 is a multiple of 16), but a tensor map, 64-byte aligned, lands at offset 48 of the
+# kernarg block, not 0 (the cubin's EIATTR_KPARAM_INFO and cuFuncGetParamInfo agree; H200 run R1).
+PARAM_BASE = 0x210
+TMAP_BYTES = 128  # a CUtensorMap
+_SIZE = {"ptr": 8, "i32": 4, "i64": 8, "tmap": TMAP_BYTES}
+_ALIGN = {"ptr": 8, "i32": 4, "i64": 8, "tmap": 64}
+
+
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str  # "ptr" or "i32"
+    kind: str  # "ptr", "i32", "i64" or "tmap" (a 128-byte CUtensorMap the host encodes)
     elem: str = ""  # pointee of a ptr: "in" (input dtype), "dw" (dW dtype), "f32", "i32"
     reserved: bool = False  # slot kept for a stable layout; always null/0 in this variant
+    # The kernel parameter this slot belongs to when one parameter takes several slots: a Gluon
+    # tensor descriptor is passed as its tensor map, then its shape (i32) and strides (i64).
+    part_of: str = ""
 
     @property
     def size(self) -> int:
-        return 8 if self.kind == "ptr" else 4
+        return _SIZE[self.kind]
+
+    @property
+    def align(self) -> int:
+        return _ALIGN[self.kind]
 
 
 @dataclass(frozen=True)
@@ -93,18 +110,35 @@ class KernargDecl:
     def names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.args)
 
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        """The kernel's runtime parameters, in order (a tensor descriptor's slots are one)."""
+        return tuple(dict.fromkeys(a.part_of or a.name for a in self.args))
+
     def layout(self, tail_pointers: int = 0) -> tuple[tuple[Slot, ...], int]:
         """(slots, total bytes) with natural alignment; ``tail_pointers`` null pointers follow."""
         return _layout(self, tail_pointers)
 
-    def triton_signature(self, dtype: str, dw_dtype: str) -> dict[str, str]:
-        """The runtime part of the Triton signature (constexprs are appended by the caller)."""
+    def triton_signature(self, dtype: str, dw_dtype: str, descriptors: dict[str, str] | None = None) -> dict[str, str]:
+        """The runtime part of the Triton signature (constexprs are appended by the caller), one
+        entry per kernel parameter; a tensor descriptor's type (its block and shared layout are
+        the kernel's) comes from ``descriptors``."""
         elem = {"in": TRITON_DTYPES[dtype], "dw": TRITON_DTYPES[dw_dtype], "f32": "fp32", "i32": "i32"}
-        return {a.name: (f"*{elem[a.elem]}" if a.kind == "ptr" else "i32") for a in self.args}
+        sig = {}
+        for a in self.args:
+            if a.part_of:
+                if a.part_of not in (descriptors or {}):
+                    raise AbiError(f"{self.family}/{self.variant}: the type of tensor descriptor {a.part_of} is the kernel's; pass it")
+                sig[a.part_of] = descriptors[a.part_of]
+            else:
+                sig[a.name] = f"*{elem[a.elem]}" if a.kind == "ptr" else a.kind
+        return sig
 
     def triton_attrs(self) -> dict[tuple[int], list]:
-        """Every pointer is 16-byte aligned: lets Triton emit 16-byte vector loads."""
-        return {(i,): [["tt.divisibility", POINTER_ALIGN]] for i, a in enumerate(self.args) if a.kind == "ptr"}
+        """Every pointer is 16-byte aligned: lets Triton emit 16-byte vector loads (indices are
+        kernel parameter positions)."""
+        ptrs = {a.name for a in self.args if a.kind == "ptr"}
+        return {(i,): [["tt.divisibility", POINTER_ALIGN]] for i, n in enumerate(self.source_names) if n in ptrs}
 
     def value_names(self) -> tuple[str, ...]:
         """The names a caller must supply to ``pack`` (reserved slots are the packer's)."""
@@ -119,7 +153,7 @@ def _layout(decl: KernargDecl, tail_pointers: int) -> tuple[tuple[Slot, ...], in
     slots, offset = [], 0
     args = list(decl.args) + [Arg(f"_tail{i}", "ptr", "i32", reserved=True) for i in range(tail_pointers)]
     for a in args:
-        offset = -(-offset // a.size) * a.size
+        offset = -(-(PARAM_BASE + offset) // a.align) * a.align - PARAM_BASE
         slots.append(Slot(a, offset))
         offset += a.size
     return tuple(slots), -(-offset // 8) * 8
@@ -172,6 +206,8 @@ def declaration(family: str, variant: str) -> KernargDecl:
         ]  # fmt: skip
     elif family in ("dwconv", "grouped"):
         args = _dwconv_args(variant, family)
+    elif family == "wgrad_tma":
+        args = _tma_args(variant)
     elif family == "pad":
         if variant != "rows":
             raise AbiError(f"pad variant {variant!r} is not 'rows'")
@@ -199,6 +235,7 @@ def problem_scalars(problem) -> dict[str, int]:
 
 _I32 = struct.Struct("<i")
 _PTR = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
 
 
 class Packer:
@@ -240,6 +277,11 @@ class Packer:
 
     def _put(self, buf: bytearray, slot: Slot, value) -> None:
         a = slot.arg
+        if a.kind == "tmap":
+            if not isinstance(value, (bytes, bytearray)) or len(value) != TMAP_BYTES:
+                raise AbiError(f"{self._what()}: kernarg {a.name} is a {TMAP_BYTES}-byte tensor map, got {type(value).__name__}")
+            buf[slot.offset : slot.offset + TMAP_BYTES] = value
+            return
         if not isinstance(value, int) or isinstance(value, bool):
             raise AbiError(f"{self._what()}: kernarg {a.name} must be an int, got {type(value).__name__}")
         if a.kind == "ptr":
@@ -253,6 +295,10 @@ class Packer:
                     f"the kernels assume aligned buffers (pass a contiguous, freshly allocated tensor)"
                 )
             _PTR.pack_into(buf, slot.offset, value)
+        elif a.kind == "i64":
+            if not -(2**63) <= value < 2**63:
+                raise AbiError(f"{self._what()}: kernarg {a.name}={value} does not fit in i64")
+            _I64.pack_into(buf, slot.offset, value)
         else:
             if not -(2**31) <= value < 2**31:
                 raise AbiError(f"{self._what()}: kernarg {a.name}={value} does not fit in i32")
@@ -278,3 +324,31 @@ def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
     if variant not in allowed:
         raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(allowed)}")
     return _prefix(workspace=variant in WORKSPACE_VARIANTS)
+
+
+# -- TMA im2col family (``wgrad_tma``: skwgrad/aot/kernels/tma.py, sm_90 only) ---------------------
+# The Gluon kernel reads dy and x through two tensor descriptors the host encodes per launch
+# (``skwgrad.abi.launch.TensorMapRequest``): dy as the 2-D [R, K] matrix (R = N*Ho*Wo), x as the
+# 4-D [N, H, W, C] tensor in im2col mode. Each descriptor parameter is passed as its tensor map,
+# its shape (i32 each) and its strides in elements (i64 each), as Triton passes them. Then dW,
+# the workspace replica (live for ``workspace``), the scalars the loop needs, and Triton's two
+# trailing null pointers. Split-K over BK-row blocks: ks_iters blocks per split, total_iters in all.
+TMA_VARIANTS = ("direct", "atomic", "workspace")
+TMA_SCALARS = (
+    "HoWo", "Wo", "C", "K", "X", "TAPS", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
+    "m_tiles", "c_tiles", "ks_iters", "total_iters",
+)  # fmt: skip
+TMA_DESCRIPTORS = (("dy_desc", "dy", 2), ("x_desc", "x", 4))  # (kernel parameter, slot prefix, rank)
+
+
+def _tma_args(variant: str) -> list[Arg]:
+    if variant not in TMA_VARIANTS:
+        raise AbiError(f"wgrad_tma epilogue {variant!r} is not one of {', '.join(TMA_VARIANTS)}")
+    args = []
+    for param, prefix, rank in TMA_DESCRIPTORS:
+        args.append(Arg(f"{prefix}_map", "tmap", part_of=param))
+        args += [Arg(f"{prefix}_shape{i}", "i32", part_of=param) for i in range(rank)]
+        args += [Arg(f"{prefix}_stride{i}", "i64", part_of=param) for i in range(rank)]
+    args += [Arg("dw", "ptr", "dw"), Arg("ws_ptr", "ptr", "f32", reserved=variant != "workspace")]
+    args += [Arg(n, "i32") for n in TMA_SCALARS]
+    return args

@@ -44,6 +44,7 @@ class LaunchGeometry:
     partition: StreamKPartition | None
     workspace: WorkspaceLayout
     scalars: dict  # every non-pointer kernarg
+    tensor_maps: tuple = ()  # wgrad_tma: the TensorMapRequest the host encodes per operand
 
     @property
     def stage2_grid(self) -> int:
@@ -71,12 +72,16 @@ def launch_geometry(
     ks_count: int = 1,
     flags_per_cta: int | None = None,
     groups_per_tile: int = 0,
+    taps_per_tile: int = 0,
 ) -> LaunchGeometry:
     """Resolve one launch. ``pool`` is the stream-K CTA pool (already resolved from -1);
-    ``ks_count`` the split-K degree (stream-K kernels pin it to 1)."""
+    ``ks_count`` the split-K degree (stream-K kernels pin it to 1); ``groups_per_tile`` /
+    ``taps_per_tile`` the spec's block of the grouped / wgrad_tma families."""
     kernargs.declaration(family, variant)  # known family/variant
     if family == "dwconv":
         return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count, mode=mode)
+    if family == "wgrad_tma":
+        return tma_geometry(problem, variant, bm=bm, bn=bn, bk=bk, taps_per_tile=taps_per_tile, ks_count=ks_count)
     if family == "grouped":
         return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
@@ -335,3 +340,126 @@ def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn
             raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
         scalars["ws_bytes"] = ws_bytes
     return LaunchGeometry(problem, "grouped", variant, "", geo.tiling, geo.grid, geo.ks_count, geo.ks_iters, None, ws, scalars)
+
+
+# -- TMA im2col family (``wgrad_tma``, sm_90): filter taps as tiles, BK-row blocks as iterations --
+# A tile is BM output channels x T filter taps x CB = BN / T input channels (the spec's block is T);
+# grid = ceil(K / BM) x ceil(taps / T) x ceil(C / CB) tiles x ks_count splits, split-major. The
+# reduction is the N*Ho*Wo output positions in blocks of BK (any Ho, Wo: TMA im2col walks them).
+# Limits of TMA im2col on a 4-D [N, H, W, C] tensor (CUDA driver API, cuTensorMapEncodeIm2col; PTX
+# cp.async.bulk.tensor im2col offsets): pixel-box corners in [-2^7, 2^7 - 1], traversal strides
+# <= 8, tap offsets in [0, 2^8 - 1]; every stride a multiple of 16 bytes.
+TMA_CORNER_RANGE = (-(2**7), 2**7 - 1)
+TMA_MAX_ELEMENT_STRIDE = 8
+TMA_MAX_TAP_OFFSET = 2**8 - 1
+
+
+@dataclass(frozen=True)
+class TensorMapRequest:
+    """What the host encodes into one tensor-map kernarg (the kernel's metadata adds the box,
+    swizzle and element type): ``shape`` and ``strides`` (elements) outermost first, as the
+    kernel's descriptor; for im2col the pixel-box corners and traversal strides of the spatial
+    dims (h, w) and the element strides of every dim."""
+
+    operand: str  # "dy" | "x": whose pointer the map holds
+    mode: str  # "tiled" | "im2col"
+    shape: tuple
+    strides: tuple
+    lower: tuple = ()
+    upper: tuple = ()
+    element_strides: tuple = ()
+
+
+def _tma_corners(p: ConvProblem) -> tuple[tuple, tuple]:
+    lower = (-p.pad_lo[1], -p.pad_lo[2])
+    upper = ((p.ho - 1) * p.stride[1] + 1 - p.hi - p.pad_lo[1], (p.wo - 1) * p.stride[2] + 1 - p.wi - p.pad_lo[2])
+    return lower, upper
+
+
+def tma_unsupported(p: ConvProblem) -> str:
+    """Why TMA im2col cannot run problem ``p`` (empty when it can): the one list the spec, the
+    geometry and selection read."""
+    from skwgrad.abi.conv import DTYPE_BYTES
+
+    if p.dtype not in ("bf16", "fp16"):
+        return f"TMA kernels take 16-bit inputs; the problem is {p.dtype}"
+    if p.g != 1:
+        return f"TMA kernels are dense (one group); the problem has G = {p.g}"
+    if p.spatial_dims != 2:
+        return "TMA kernels are 2-D (3-D needs the 5-D im2col mode)"
+    vec = 16 // DTYPE_BYTES[p.dtype]
+    if p.c % vec or p.k % vec:
+        return f"TMA strides are 16-byte multiples: C = {p.c} and K = {p.k} must be multiples of {vec}"
+    if max(p.stride[1:]) > TMA_MAX_ELEMENT_STRIDE:
+        return f"TMA im2col walks strides up to {TMA_MAX_ELEMENT_STRIDE}; the problem's stride is {p.stride[1:]}"
+    lower, upper = _tma_corners(p)
+    lo, hi = TMA_CORNER_RANGE
+    if not all(lo <= v <= hi for v in lower + upper):
+        return f"TMA im2col pixel-box corners {lower}/{upper} (from the padding) are outside [{lo}, {hi}]"
+    if max((p.y - 1) * p.dilation[1], (p.x - 1) * p.dilation[2]) > TMA_MAX_TAP_OFFSET:
+        return f"TMA im2col tap offsets (filter extent x dilation) exceed {TMA_MAX_TAP_OFFSET}"
+    if p.gemm_k > kernargs.I32_MAX or p.x_numel > kernargs.I32_MAX:
+        return "the problem's output positions or x elements overflow the kernel's i32 indices"
+    return ""
+
+
+def tma_tiling(problem: ConvProblem, bm: int, bn: int, bk: int, taps_per_tile: int) -> Tiling:
+    if taps_per_tile <= 0 or bn % taps_per_tile:
+        raise ProblemError(f"wgrad_tma: {taps_per_tile} taps per tile must divide BN = {bn}")
+    cb = bn // taps_per_tile
+    m = math.ceil(problem.k / bm)
+    n = math.ceil(problem.z * problem.y * problem.x / taps_per_tile) * math.ceil(problem.c / cb)
+    return Tiling(bm=bm, bn=bn, bk=bk, m_tiles_per_group=m, m_tiles=m, n_tiles=n, num_tiles=m * n,
+                  iters_per_tile=math.ceil(problem.gemm_k / bk))  # fmt: skip
+
+
+def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: int, taps_per_tile: int, ks_count: int = 1) -> LaunchGeometry:
+    """One launch of a ``wgrad_tma`` kernel: split-K over BK-row blocks with the wgrad epilogues'
+    workspace (direct: ks_count 1; atomic: dW zeroed; workspace: one zeroed f32 replica + Stage-2)."""
+    kernargs.declaration("wgrad_tma", variant)
+    why = tma_unsupported(problem)
+    if why:
+        raise ProblemError(why)
+    p = problem
+    tiling = tma_tiling(p, bm, bn, bk, taps_per_tile)
+    total = tiling.iters_per_tile
+    if not 1 <= ks_count <= total:
+        raise ProblemError(f"ks_count must be in [1, {total}] (the {bk}-row blocks of the reduction), got {ks_count}")
+    if variant == "direct" and ks_count != 1:
+        raise ProblemError(f"the direct epilogue stores dW once: ks_count must be 1, got {ks_count}")
+    ks_iters = math.ceil(total / ks_count)
+    ks_count = math.ceil(total / ks_iters)
+    grid = tiling.num_tiles * ks_count
+    if grid > kernargs.I32_MAX:
+        raise ProblemError(f"grid of {grid} CTAs is too large")
+    ws = workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count)
+    rows, taps = p.gemm_k, p.z * p.y * p.x
+    scalars = {
+        "dy_shape0": rows, "dy_shape1": p.k, "dy_stride0": p.k, "dy_stride1": 1,
+        "x_shape0": p.n, "x_shape1": p.hi, "x_shape2": p.wi, "x_shape3": p.c,
+        "x_stride0": p.hi * p.wi * p.c, "x_stride1": p.wi * p.c, "x_stride2": p.c, "x_stride3": 1,
+        "HoWo": p.ho * p.wo, "Wo": p.wo, "C": p.c, "K": p.k, "X": p.x, "TAPS": taps,
+        "stride_h": p.stride[1], "stride_w": p.stride[2], "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
+        "dil_h": p.dilation[1], "dil_w": p.dilation[2],
+        "m_tiles": tiling.m_tiles, "c_tiles": math.ceil(p.c / (bn // taps_per_tile)),
+        "ks_iters": ks_iters, "total_iters": total,
+    }  # fmt: skip
+    lower, upper = _tma_corners(p)
+    maps = (
+        TensorMapRequest("dy", "tiled", (rows, p.k), (p.k, 1)),
+        TensorMapRequest("x", "im2col", (p.n, p.hi, p.wi, p.c), (p.hi * p.wi * p.c, p.wi * p.c, p.c, 1), lower, upper,
+                         (1, p.stride[1], p.stride[2], 1)),
+    )  # fmt: skip
+    return LaunchGeometry(p, "wgrad_tma", variant, "", tiling, grid, ks_count, ks_iters, None, ws, scalars, maps)
+
+
+def spec_geometry(problem: ConvProblem, spec, *, threads: int = 0, **setting) -> LaunchGeometry:
+    """``launch_geometry`` for a ``KernelSpec`` (its tile, mode and block), at one pool or
+    ``ks_count`` (``setting``); ``threads`` per CTA sizes the linear/tree flags."""
+    wave = threads // spec.num_warps if threads else 0
+    return launch_geometry(
+        problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
+        flags_per_cta=(spec.flags_per_cta(wave) or None) if wave else None,
+        groups_per_tile=spec.block if spec.family == "grouped" else 0,
+        taps_per_tile=spec.block if spec.family == "wgrad_tma" else 0, **setting,
+    )  # fmt: skip

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES, Packer, declaration
-from skwgrad.abi.launch import launch_geometry
+from skwgrad.abi.launch import spec_geometry
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError, ProblemError
@@ -53,10 +53,7 @@ def launch_report(problem: ConvProblem, *, arch: str, spec: KernelSpec, pool: in
     family, variant, mode = spec.family, spec.variant, spec.mode
     bm, bn, bk = spec.bm, spec.bn, spec.bk
     flags = spec.flags_per_cta(a.wave_size)
-    geo = launch_geometry(
-        problem, family, variant, bm=bm, bn=bn, bk=bk, mode=mode, pool=pool, ks_count=ks_count,
-        flags_per_cta=flags or None, groups_per_tile=spec.block if family == "grouped" else 0,
-    )  # fmt: skip
+    geo = spec_geometry(problem, spec, threads=spec.threads_per_cta(a.wave_size), pool=pool, ks_count=ks_count)
     decl = declaration(family, variant)
     slots, size = decl.layout()
     kernargs, values = [], {}

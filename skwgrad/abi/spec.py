@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
-from skwgrad.abi.kernargs import FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, declaration
+from skwgrad.abi.kernargs import FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
@@ -21,12 +21,15 @@ from skwgrad.errors import AbiError
 # file, because the cost model prices the Stage-2 chain in these steps and must not import Triton;
 # this file is part of every cache key.
 STAGE2_UNROLL = 8
+# The TMA im2col kernels (``wgrad_tma``) run one producer warp beside their num_warps MMA warps
+# (Gluon's warp_specialize): it issues the TMA loads of the shared-memory ring.
+TMA_PRODUCER_WARPS = 1
 
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad"
-    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma"
+    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows; wgrad_tma: direct|atomic|workspace
     dtype: str  # input dtype (x, dy); for stage2 and pad the element dtype, equal to dw_dtype
     dw_dtype: str
     spatial_dims: int = 2
@@ -40,7 +43,7 @@ class KernelSpec:
     num_stages: int = 2
     mode: str = ""  # wgrad_sk only: dp_sk | persistent
     precision: str = ""  # fp32 input only: ieee | tf32
-    block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile
+    block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile; wgrad_tma: filter taps per tile
 
     def __post_init__(self):
         self.validate()
@@ -70,6 +73,8 @@ class KernelSpec:
             return
         if self.family == "dwconv":
             return self._validate_dwconv(bad)
+        if self.family == "wgrad_tma":
+            return self._validate_tma(bad)
         if self.block and self.family != "grouped":
             raise bad("only stage2 kernels have a block size")
         if self.family == "grouped" and (self.block < 1 or self.block & (self.block - 1) or self.pointwise):
@@ -112,6 +117,10 @@ class KernelSpec:
             return f"{self.family}_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
         if self.family == "dwconv":
             return self._label_dwconv()
+        if self.family == "wgrad_tma":
+            dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
+            return (f"wgrad_tma_{dt}_2d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
+                    f"_w{self.num_warps}s{self.num_stages}_{self.variant}")  # fmt: skip
         dt = self.dtype + (self.precision if self.precision else "")
         if self.dw_dtype != self.dtype:
             dt += f"_dw{self.dw_dtype}"
@@ -158,6 +167,13 @@ class KernelSpec:
             return self.num_warps * wave_size
         return 0
 
+    def threads_per_cta(self, wave_size: int) -> int:
+        """Threads of one CTA: num_warps waves; the TMA kernels add their producer warp, and
+        Triton rounds a warp-specialized CTA up to whole warpgroups (4 warps)."""
+        if self.family == "wgrad_tma":
+            return -(-(self.num_warps + TMA_PRODUCER_WARPS) // 4) * 4 * wave_size
+        return self.num_warps * wave_size
+
     @property
     def kernarg_decl(self):
         return declaration(self.family, self.variant)
@@ -172,6 +188,8 @@ class KernelSpec:
             raise AbiError(f"{self.label} copies channel-padded buffers (skwgrad.abi.padding); it runs no problem itself")
         if self.family == "dwconv":
             return self._check_problem_dwconv(p)
+        if self.family == "wgrad_tma":
+            return self._check_problem_tma(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -310,3 +328,49 @@ class KernelSpec:
             raise AbiError(
                 f"{self.label} loads dy {self.vec_k} channels at a time; {gb} groups x K = {p.k} is not a multiple of {self.vec_k}"
             )
+
+    # -- TMA im2col family (``wgrad_tma``, sm_90) ------------------------------------------------
+    # A tile is bm output channels x block filter taps x (bn / block) input channels; bk output
+    # positions per step, num_stages shared-memory slots. vec_c = vec_k = 16 bytes of elements:
+    # TMA needs 16-byte multiples for every stride, so C and K are multiples of it.
+    @property
+    def tma_channels(self) -> int:
+        """Input channels per tap of a ``wgrad_tma`` tile (its im2col box width)."""
+        return self.bn // max(1, self.block)
+
+    def _validate_tma(self, bad):
+        if self.dtype not in ("bf16", "fp16"):
+            raise bad("wgrad_tma takes 16-bit inputs (bf16, fp16)")
+        if self.dw_dtype not in (self.dtype, "fp32"):
+            raise bad("dW is the input dtype or fp32")
+        if self.variant not in TMA_VARIANTS:
+            raise bad(f"wgrad_tma epilogue must be one of {', '.join(TMA_VARIANTS)}")
+        if self.variant == "atomic" and self.dw_dtype != "fp32":
+            raise bad("the atomic epilogue accumulates into dW, which must be fp32")
+        if self.spatial_dims != 2 or self.pointwise or self.mode or self.precision:
+            raise bad("wgrad_tma is 2-D, with no pointwise addressing, stream-K mode or precision")
+        widest = 16 // DTYPE_BYTES[self.dtype]
+        if (self.vec_c, self.vec_k) != (widest, widest):
+            raise bad(f"wgrad_tma loads 16-byte channel vectors: vec_c = vec_k = {widest}")
+        if self.block not in (1, 2, 4):
+            raise bad("wgrad_tma: block (filter taps per tile) is 1, 2 or 4")
+        for name in ("bm", "bn", "bk"):
+            v = getattr(self, name)
+            if v < 64 or v > 256 or v & (v - 1):
+                raise bad(f"{name} must be a power of two in [64, 256] (a wgmma warpgroup tile)")
+        if self.tma_channels < 64:
+            raise bad("wgrad_tma: bn / block (input channels per tap) must be at least 64")
+        if self.num_warps not in (4, 8) or not 2 <= self.num_stages <= 8:
+            raise bad("wgrad_tma: num_warps is 4 or 8 (MMA warpgroups), num_stages 2..8")
+
+    def _check_problem_tma(self, p: ConvProblem) -> None:
+        from skwgrad.abi.launch import tma_unsupported  # the one list of what TMA im2col cannot run
+
+        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
+            raise AbiError(
+                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
+                f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        why = tma_unsupported(p)
+        if why:
+            raise AbiError(f"{self.label}: {why}")

@@ -111,6 +111,18 @@ def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
     raise AbiError(f"cuobjdump -res-usage did not report kernel {name} ({out.returncode}: {out.stderr.strip()[:200]})")
 
 
+def _check_tensor_maps(spec: KernelSpec, maps: list[dict]) -> None:
+    """The compiler's descriptor metadata must describe the tile the spec names: dy's [BK, BM] box
+    (tiled) then x's [BK, CB] im2col box, 16-bit elements (Triton splits a box wider than the
+    swizzle into several loads, so the recorded inner size may be narrower)."""
+    want = [(False, spec.bk, spec.bm), (True, spec.bk, spec.tma_channels)]
+    got = [(bool(m.get("is_im2col")), int(m["block_size"][0]), int(m["block_size"][1])) for m in maps]
+    if len(got) != 2 or any(g[0] != w[0] or g[1] != w[1] or g[2] > w[2] or w[2] % g[2] for g, w in zip(got, want)):
+        raise AbiError(f"{spec.label}: the object's tensor descriptors {got} do not describe its tile {want}")
+    if any(int(m.get("elem_size", 0)) != 2 for m in maps):
+        raise AbiError(f"{spec.label}: tensor descriptors of {[m.get('elem_size') for m in maps]}-byte elements; the kernel reads 16-bit ones")
+
+
 def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> CompiledKernel:
     import triton
     from triton.compiler import ASTSource
@@ -122,11 +134,22 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
             f"{spec.label}: {arch} has no TF32 matrix instructions; "
             f"build fp32 kernels for {arch} with precision 'ieee'"
         )
+    if spec.family == "wgrad_tma" and not target.tma_im2col:
+        raise AbiError(f"{spec.label}: {arch} has no TMA im2col; the wgrad_tma family builds for sm_90 only")
     fn, consts = kernel_for(spec, target)
     decl = spec.kernarg_decl
-    signature = decl.triton_signature(spec.dtype, spec.dw_dtype)
-    signature.update({name: "constexpr" for name in consts})
-    src = ASTSource(fn, signature, constexprs=consts, attrs=decl.triton_attrs())
+    if spec.family == "wgrad_tma":
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        from skwgrad.aot.kernels.tma import descriptor_types
+
+        signature = decl.triton_signature(spec.dtype, spec.dw_dtype, descriptor_types(spec))
+        signature.update({name: "constexpr" for name in consts})
+        src = GluonASTSource(fn, signature, constexprs=consts, attrs=decl.triton_attrs())
+    else:
+        signature = decl.triton_signature(spec.dtype, spec.dw_dtype)
+        signature.update({name: "constexpr" for name in consts})
+        src = ASTSource(fn, signature, constexprs=consts, attrs=decl.triton_attrs())
     t0 = time.perf_counter()
     with _triton_switches(spec, target):
         compiled = triton.compile(
@@ -148,7 +171,8 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
     else:
         binary = compiled.asm["cubin"]
         amd = None
-        actual = [(p["offset"], p["size"]) for p in codeobject.ptx_params(compiled.asm["ptx"], name)]
+        # the driver's layout (EIATTR_KPARAM_INFO), which PTX's natural alignment misses for tensor maps
+        actual = [(p["offset"], p["size"]) for p in codeobject.cubin_params(bytes(binary), name)]
         kernarg_size = None
     regs, stack = (amd["vgpr_count"], amd["scratch_bytes"]) if amd else _cubin_resources(bytes(binary), name)
     tail = len(actual) - len(decl.args)
@@ -158,13 +182,19 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
     codeobject.check_layout([(s.offset, s.arg.size) for s in slots], actual, f"{spec.label} on {arch}")
     if kernarg_size is not None and kernarg_size < size:
         raise AbiError(f"{spec.label} on {arch}: kernarg segment is {kernarg_size} bytes, declared {size}")
+    threads = spec.threads_per_cta(target.wave_size)
+    if md.num_warps * target.wave_size != threads:
+        raise AbiError(f"{spec.label} on {arch}: the object runs {md.num_warps} warps per CTA, the spec says {threads // target.wave_size}")
+    tensor_maps = [dict(d) for d in (getattr(md, "tensordesc_meta", None) or [])]
+    if spec.family == "wgrad_tma":
+        _check_tensor_maps(spec, tensor_maps)
     metadata = {
         "name": name,
         "arch": arch,
         "label": spec.label,
         "binary_kind": "hsaco" if target.backend == "hip" else "cubin",
         "num_warps": spec.num_warps,
-        "threads": spec.num_warps * target.wave_size,
+        "threads": threads,
         "shared": md.shared,
         "kernarg": {
             "names": list(decl.names),
@@ -179,6 +209,8 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
         "stack_bytes": stack,  # per thread: local stack / scratch, i.e. spills
         "amd": amd,
     }
+    if tensor_maps:
+        metadata["tensor_maps"] = tensor_maps  # per descriptor: box, swizzle, element type (the launcher encodes with them)
     if keep_asm:
         metadata["_asm"] = {k: v for k, v in compiled.asm.items() if isinstance(v, str)}
     return CompiledKernel(spec, arch, bytes(binary), metadata)

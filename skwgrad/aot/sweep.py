@@ -516,6 +516,7 @@ register_family("wgrad", _splitk_specs)
 register_family("wgrad_sk", _streamk_specs)
 register_family("dwconv", lambda ctx: dwconv_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("grouped", lambda ctx: grouped_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
+register_family("wgrad_tma", lambda ctx: tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 
 
 def _needs_stage2(spec: KernelSpec) -> bool:
@@ -893,4 +894,34 @@ def grouped_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Kernel
             out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=W))
             if dims == 2 and variant in ("two_stage", "workspace"):  # the scalar fallback, and its workspace twin
                 out.append(_grouped_spec(variant, dtype, dw, prec, gb, bm, arch, dims=dims, vec=1))
+    return out
+
+
+# -- TMA im2col family (``wgrad_tma``, sm_90 only) ----------------------------------------------
+# (BM, BN, BK, taps per tile, warps, stages): the configurations that were fastest on at least one
+# of 43 dense 16-bit rows on the H200 (runs R2/R3, benchmarks/mainloop/gluon_run.py; shared memory
+# 64-192 KB, one or two CTAs per SM). 2 and 4 taps per tile (a dy box shared by several taps) won
+# on C <= 64. Every 16-bit input, dW in the input dtype (direct, workspace) and in fp32 (direct,
+# atomic): direct for the many-tile layers that need no split, the others split the reduction.
+TMA_CONFIGS = (
+    (128, 128, 64, 1, 8, 4), (128, 256, 64, 1, 8, 3), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4),
+    (64, 64, 64, 1, 4, 4), (64, 128, 64, 2, 4, 4), (128, 128, 64, 2, 8, 4), (64, 256, 64, 4, 4, 3),
+)  # fmt: skip
+TMA_SMOKE = ((64, 64, 64, 1, 4, 3),)
+
+
+def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The TMA im2col kernels of a preset for one arch and dtype (none where the arch has no TMA
+    im2col, for fp32 inputs, or with ``--tiles``, which names the Triton kernels' tiles)."""
+    if tiles or dtype == "fp32" or not ARCHES[arch].tma_im2col:
+        return []
+    W = widest_vec(dtype)
+    out = []
+    for bm, bn, bk, taps, warps, stages in TMA_SMOKE if preset == "smoke" else TMA_CONFIGS:
+        for dw in dw_dtypes(dtype):
+            for variant in ("direct", "workspace" if dw == dtype else "atomic"):
+                if preset == "smoke" and (variant, dw) not in (("workspace", dtype), ("atomic", "fp32")):
+                    continue
+                out.append(KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=W, vec_k=W, bm=bm, bn=bn, bk=bk,
+                                      num_warps=warps, num_stages=stages, block=taps))  # fmt: skip
     return out

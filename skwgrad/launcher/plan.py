@@ -31,14 +31,14 @@ from typing import Callable
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import Packer, declaration
-from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, launch_geometry
+from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, spec_geometry
 from skwgrad.abi.streamk import WAITING_REDUCTIONS, resolve_pool
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError, CacheError, DamagedEntryError, ProblemError
 from skwgrad.launcher.interop import stream_int
 from skwgrad.launcher.workspace import CaptureWorkspace, arenas, capture_refused
 
-MAIN_FAMILIES = ("wgrad", "wgrad_sk", "dwconv", "grouped")  # what computes dW (stage2 only reduces)
+MAIN_FAMILIES = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma")  # what computes dW (stage2 only reduces)
 _DUMMY_PTR = 0x100  # placeholder in the template; every pointer is patched before the first launch
 _MIN_WS = 256  # a kernel whose flag/partial pointers are unused (all-DP) still gets a valid buffer
 
@@ -109,12 +109,13 @@ def check_metadata(kernel: Kernel, binary_kind: str | None = None) -> None:
     if list(ka.get("offsets", [])) != [s.offset for s in slots[: len(decl.args)]] or int(ka.get("size", -1)) != size:
         raise AbiError(f"{what}: its kernarg offsets/size differ from the ABI layout; rebuild the cache")
     threads = md["threads"]
-    if not isinstance(threads, int) or threads not in (spec.num_warps * 32, spec.num_warps * 64):
+    waves = {w for w in (32, 64) if spec.threads_per_cta(w) == threads}
+    if not isinstance(threads, int) or not waves:
         raise AbiError(
-            f"{what}: metadata says {threads!r} threads; a {spec.num_warps}-warp kernel has {spec.num_warps} x 32 or x 64: "
-            f"the entry does not describe its code object; rebuild the cache"
+            f"{what}: metadata says {threads!r} threads; this kernel has {spec.threads_per_cta(32)} (wave 32) or "
+            f"{spec.threads_per_cta(64)} (wave 64): the entry does not describe its code object; rebuild the cache"
         )
-    want = spec.flags_per_cta(threads // spec.num_warps)
+    want = spec.flags_per_cta(waves.pop())
     if int(md.get("flags_per_cta") or 0) != want:
         raise AbiError(
             f"{what}: metadata records flags_per_cta={md.get('flags_per_cta')!r}, the kernel publishes {want}; rebuild the cache"
@@ -177,12 +178,8 @@ class Plan:
         check_metadata(kernel, backend.binary_kind)
         spec.check_problem(problem)
         md = kernel.metadata
-        flags_per_cta = spec.flags_per_cta(int(md["threads"]) // spec.num_warps) or None
-        geo = launch_geometry(
-            problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
-            pool=pool if spec.family == "wgrad_sk" else 0, ks_count=ks_count, flags_per_cta=flags_per_cta,
-            groups_per_tile=spec.block if spec.family == "grouped" else 0,
-        )  # fmt: skip
+        geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if spec.family == "wgrad_sk" else 0,
+                            ks_count=ks_count)  # fmt: skip
         self.problem = problem
         self.kernel_problem = problem  # what the kernel runs (a PaddedPlan's padded problem)
         self.kernel = kernel
@@ -247,6 +244,16 @@ class Plan:
         self._ptr_names = [n for n in ("dy", "x", "dw", "ws_ptr", "sk_flags", "sk_partials") if n in names]
         for n in self._ptr_names:
             values[n] = _DUMMY_PTR
+        # wgrad_tma: dy and x reach the kernel as tensor maps, encoded once here (a shape the
+        # driver refuses fails now, not at the first launch) and re-pointed when a pointer changes
+        descs = md.get("tensor_maps") or []
+        if len(descs) != len(geo.tensor_maps):
+            raise CacheError(f"{kernel.label}: metadata describes {len(descs)} tensor maps, the launch needs {len(geo.tensor_maps)}; rebuild the cache")
+        self._tmaps = []  # (kernarg name, operand, the backend's map)
+        for req, desc in zip(geo.tensor_maps, descs):
+            tm = backend.encode_tensor_map(req, desc, _DUMMY_PTR)
+            values[f"{req.operand}_map"] = backend.tensor_map_at(tm, _DUMMY_PTR)
+            self._tmaps.append((f"{req.operand}_map", req.operand, tm))
         self._buf = backend.kernarg_buffer(self._packer.pack(values))
 
         # -- workspace: (arena, offset) of each buffer kernarg -------------------------------
@@ -360,6 +367,10 @@ class Plan:
             vals[name] = (z if arena == 0 else s) + off
         for name in self._ptr_names:
             pk.pack_into(data, name, vals[name])
+        last = self._last
+        for name, operand, tm in self._tmaps:
+            if last is None or vals[operand] != last[0 if operand == "dy" else 1]:
+                pk.pack_into(data, name, self.backend.tensor_map_at(tm, vals[operand]))
         self._last = (dy, x, dw, z, s)
 
     def launch(self, dy: int, x: int, dw: int, stream: int = 0) -> None:

@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, launch_geometry
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, spec_geometry, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -270,7 +270,10 @@ def _splitk_degrees(problem: ConvProblem, k: Kernel, cus: int, o: LaunchOptions)
     and, for the reducing epilogues, enough splits for 1..8 CTAs per CU over the tiles
     (``SPLITK_CTAS_PER_CU``), within [2, iterations per tile] and the replica bound."""
     s = k.spec
-    t = (grouped_packed(problem, s.block) if s.family == "grouped" else problem).tiling(s.bm, s.bn, s.bk)
+    if s.family == "wgrad_tma":
+        t = tma_tiling(problem, s.bm, s.bn, s.bk, s.block)
+    else:
+        t = (grouped_packed(problem, s.block) if s.family == "grouped" else problem).tiling(s.bm, s.bn, s.bk)
     if o.ks_count is not None:
         if s.variant == "direct" and o.ks_count != 1:
             return []
@@ -296,9 +299,7 @@ def _pools(k: Kernel, cus: int, occ: int, o: LaunchOptions) -> list[int]:
 def _geometry(problem: ConvProblem, s, threads: int, **setting):
     """The launch geometry of a dense kernel (spec ``s``, ``threads`` per CTA) at one pool or
     split-K degree, with the flags its linear/tree CTAs publish (``KernelSpec.flags_per_cta``)."""
-    return launch_geometry(problem, s.family, s.variant, bm=s.bm, bn=s.bn, bk=s.bk, mode=s.mode,
-                           flags_per_cta=s.flags_per_cta(threads // s.num_warps) or None,
-                           groups_per_tile=s.block if s.family == "grouped" else 0, **setting)  # fmt: skip
+    return spec_geometry(problem, s, threads=threads, **setting)
 
 
 @dataclass(frozen=True)
@@ -332,9 +333,11 @@ def model_for(cache, arch: str, cus: int) -> CostModel:
 
 
 def _families(o: LaunchOptions, problem: ConvProblem | None = None) -> tuple[str, ...]:
-    """The modelled families a request may take: split-K, stream-K, and the packed-group kernels
-    (split-K on the packed problem) for few channels per group."""
+    """The modelled families a request may take: split-K, stream-K, the packed-group kernels
+    (split-K on the packed problem) for few channels per group, and the TMA im2col kernels
+    (split-K, sm_90) where TMA can address the problem."""
     packed = ("grouped",) if problem is not None and grouped_applies(problem) and o.tile is None else ()
+    packed += ("wgrad_tma",) if problem is not None and not tma_unsupported(problem) else ()
     if o.streamk in MODES or o.reduction in SK_ONLY or o.streamk_ctas != -1:
         return ("wgrad_sk",)
     if o.streamk == "off" or o.ks_count is not None or o.reduction in SPLITK_ONLY:

@@ -4,9 +4,9 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 
 from __future__ import annotations
 
-from skwgrad.abi.kernargs import GROUPED_VARIANTS, SPLITK_EPILOGUES, declaration
+from skwgrad.abi.kernargs import GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
-from skwgrad.aot.kernels import depthwise, grouped, pad, stage2, wgrad
+from skwgrad.aot.kernels import depthwise, grouped, pad, stage2, tma, wgrad
 
 
 # (family, variant) -> jit function; what each must take, in order, before its constexprs.
@@ -18,6 +18,7 @@ _KERNELS = {
     ("pad", "rows"): pad.pad_rows,
     **{("dwconv", v): depthwise.dwconv_wgrad for v in ("direct", "atomic", "two_stage", "workspace")},
     **{("grouped", v): grouped.grouped_wgrad for v in GROUPED_VARIANTS},
+    **{("wgrad_tma", v): tma.wgrad_tma for v in TMA_VARIANTS},
 }
 
 
@@ -32,7 +33,7 @@ def _runtime_params(fn) -> list[str]:
 
 
 for (_family, _variant), _fn in _KERNELS.items():
-    _want = list(declaration(_family, _variant).names)
+    _want = list(declaration(_family, _variant).source_names)
     _have = _runtime_params(_fn)
     if _have != _want:
         raise ImportError(f"{_fn.__name__} parameters {_have} differ from the {_family}/{_variant} ABI {_want}")
@@ -49,6 +50,8 @@ def kernel_for(spec, target):
         consts = depthwise.constexprs(spec, target)
     elif spec.family == "grouped":
         consts = grouped.constexprs(spec, target)
+    elif spec.family == "wgrad_tma":
+        consts = tma.constexprs(spec)
     else:
         consts = wgrad.constexprs(spec, target)
     return fn, consts

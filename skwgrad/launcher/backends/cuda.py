@@ -13,6 +13,10 @@ from skwgrad.errors import BackendError
 from skwgrad.launcher.backends.base import Driver, DriverBackend, LoadedFunction
 
 _DEFAULT_SHARED = 48 * 1024
+# Triton's device-side TMA element-type enum differs from the driver's CUtensorMapDataType for
+# 8-10 (its NVIDIA driver.py maps them the same way); bf16 is 10 there, 9 here.
+_TMA_DTYPE = {8: 10, 9: 8, 10: 9}
+_TMA_ALIGN = 16  # a tensor map's global address and strides are multiples of 16 bytes
 
 
 def import_driver():
@@ -134,6 +138,45 @@ class CudaBackend(DriverBackend):
                 break
             out.append((int(res[1]), int(res[2])))
         return out
+
+    # -- tensor maps -------------------------------------------------------------------------
+    def encode_tensor_map(self, request, desc: dict, ptr: int):
+        d = self._d
+        if ptr % _TMA_ALIGN:
+            raise BackendError(f"{request.operand} at {ptr:#x} is not {_TMA_ALIGN}-byte aligned; TMA needs aligned tensors")
+        elt = int(desc["elem_size"])
+        rank = len(request.shape)
+        u64 = lambda vals: [d.cuuint64_t(int(v)) for v in vals]  # noqa: E731
+        u32 = lambda vals: [d.cuuint32_t(int(v)) for v in vals]  # noqa: E731
+        dims = u64(reversed(request.shape))  # innermost first
+        strides = u64(s * elt for s in reversed(request.strides[:-1]))  # bytes, of the outer dims
+        dtype = d.CUtensorMapDataType(_TMA_DTYPE.get(int(desc["elem_type"]), int(desc["elem_type"])))
+        box = [int(v) for v in desc["block_size"]]
+        common = (
+            d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, d.CUtensorMapSwizzle(int(desc["swizzle"])),
+            d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )  # fmt: skip
+        if request.mode == "tiled":
+            return self.drv.check(
+                "cuTensorMapEncodeTiled",
+                d.cuTensorMapEncodeTiled(dtype, rank, ptr, dims, strides, u32(reversed(box)), u32([1] * rank), *common),
+            )
+        return self.drv.check(
+            "cuTensorMapEncodeIm2col",
+            d.cuTensorMapEncodeIm2col(
+                dtype, rank, ptr, dims, strides, list(reversed(request.lower)), list(reversed(request.upper)),
+                box[1], box[0], u32(reversed(request.element_strides)), *common,
+            ),
+        )  # fmt: skip
+
+    def tensor_map_at(self, tmap, ptr: int) -> bytes:
+        import ctypes
+
+        if ptr % _TMA_ALIGN:
+            raise BackendError(f"tensor at {ptr:#x} is not {_TMA_ALIGN}-byte aligned; TMA needs aligned tensors")
+        self.drv.check("cuTensorMapReplaceAddress", self._d.cuTensorMapReplaceAddress(tmap, ptr))
+        return ctypes.string_at(tmap.getPtr(), 128)
 
     # -- streams and events ------------------------------------------------------------------
     def stream_create(self) -> int:
