@@ -139,8 +139,8 @@ def check_metadata(md: dict, spec, arch: str, what: str, *, current: bool) -> No
     if md.get("binary_kind", kind) != kind:
         raise _bad(what, f"metadata binary_kind {printable(md.get('binary_kind'))[:20]} is not {kind} for {arch}")
     threads = want_int(md.get("threads"), what, "metadata threads", 1, 1024)
-    if threads != spec.num_warps * a.wave_size:
-        raise _bad(what, f"metadata threads {threads} is not num_warps {spec.num_warps} x wave {a.wave_size}")
+    if threads != spec.threads_per_cta(a.wave_size):
+        raise _bad(what, f"metadata threads {threads} is not the spec's {spec.threads_per_cta(a.wave_size)} ({spec.num_warps} warps of {a.wave_size})")
     if "num_warps" in md and md["num_warps"] != spec.num_warps:
         raise _bad(what, f"metadata num_warps {printable(md['num_warps'])[:20]} is not the spec's {spec.num_warps}")
     want_int(md.get("shared"), what, "metadata shared", 0, a.lds_bytes_per_cu)
@@ -165,6 +165,9 @@ def check_metadata(md: dict, spec, arch: str, what: str, *, current: bool) -> No
         if not (isinstance(offsets, list) and all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)):
             raise _bad(what, "metadata kernarg offsets are not a list of integers")
         want_int(size, what, "metadata kernarg size", 0, 1 << 16)
+    maps = md.get("tensor_maps")
+    if spec.family == "wgrad_tma" or maps is not None:
+        _check_tensor_maps(maps, spec, what)
     amd = md.get("amd")
     if a.backend == "hip":
         if not isinstance(amd, dict):
@@ -175,6 +178,27 @@ def check_metadata(md: dict, spec, arch: str, what: str, *, current: bool) -> No
             raise _bad(what, f"metadata wavefront_size {printable(amd.get('wavefront_size'))[:20]} is not {arch}'s {a.wave_size}")
     elif amd is not None:
         raise _bad(what, "metadata of an NVIDIA kernel carries an AMD resource summary")
+
+
+def _check_tensor_maps(maps, spec, what: str) -> None:
+    """A ``wgrad_tma`` row's descriptor metadata (what the launcher encodes its tensor maps with):
+    dy's tiled box then x's im2col box, sane sizes, 16-bit elements."""
+    if spec.family != "wgrad_tma":
+        raise _bad(what, f"metadata has tensor maps; a {spec.family} kernel takes none")
+    if not (isinstance(maps, list) and len(maps) == 2 and all(isinstance(m, dict) for m in maps)):
+        raise _bad(what, "metadata tensor_maps is not two descriptor records")
+    for m, im2col in zip(maps, (False, True)):
+        if m.get("is_im2col") is not im2col:
+            raise _bad(what, "metadata tensor_maps are not (dy tiled, x im2col)")
+        want_int(m.get("swizzle"), what, "metadata tensor map swizzle", 0, 3)
+        want_int(m.get("elem_type"), what, "metadata tensor map elem_type", 0, 15)
+        if want_int(m.get("elem_size"), what, "metadata tensor map elem_size", 1, 8) != 2:
+            raise _bad(what, "metadata tensor map elements are not 16-bit")
+        box = m.get("block_size")
+        if not (isinstance(box, list) and len(box) == 2):
+            raise _bad(what, "metadata tensor map block_size is not [rows, cols]")
+        for v in box:
+            want_int(v, what, "metadata tensor map block_size", 1, 256)
 
 
 # -- binding an object to its row ----------------------------------------------------------
@@ -234,6 +258,13 @@ def bind_object(data: bytes, arch: str, md: dict, what: str) -> None:
             flags = elf["e_flags"]
             if sm not in (flags & 0xFF, (flags >> 8) & 0xFF):
                 raise _bad(what, f"the object's ELF flags {flags:#x} do not name {arch}")
+            if name in symbols:  # the parameter table the driver will use is the row's layout
+                from skwgrad.abi.codeobject import cubin_params
+
+                got = [p["offset"] for p in cubin_params(data, name)]
+                offsets = list((md.get("kernarg") or {}).get("offsets") or [])
+                if got[: len(offsets)] != offsets:
+                    raise _bad(what, "the object's parameter table (EIATTR_KPARAM_INFO) differs from the row's kernarg offsets")
         if name not in symbols:
             raise _bad(what, f"the object defines no kernel {printable(name)[:80]} (rows swapped or edited?)")
     except SkwgradError as e:

@@ -1,0 +1,204 @@
+"""What the TMA im2col family (``wgrad_tma``) gives a user through ``auto``, measured in one pass.
+
+    python benchmarks/gpu_tma_auto.py --cache CACHE --corpus tests/data/wgrad_shapes.csv [--corpus ...] --out tma.json
+
+Per dense row the cache serves, in one process on one device, timed the same way (median of
+``--iters`` event-timed launches behind a stream hold, rounds interleaved):
+- ``auto``: ``choose`` (no tuned records), the shipped selection, TMA kernels included;
+- ``auto_old``: the best-ranked candidate of the other families (what auto picked before them);
+- ``tma_best``: the fastest of the ``--top`` TMA candidates the model ranks first (best-of);
+- cuDNN (``aten.convolution_backward``, channels last, benchmark mode);
+and the user's call end to end: ``plan(x, dy)`` on torch tensors, host included, for ``auto``.
+Every timed launch is checked first against the float64 reference, dW poisoned (0xFF) before it,
+workspace too. Rows where auto takes a non-TMA kernel still count: that is what the user gets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def _geo(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed):
+    import numpy as np
+
+    from skwgrad.launcher.baseline import cudnn_time
+    from skwgrad.launcher.hostdata import DeviceInputs
+    from skwgrad.launcher.options import LaunchOptions
+    from skwgrad.launcher.select import choose, rank_choices
+    from skwgrad.reference import relative_error, tolerance, wgrad_reference
+
+    arch, cus = backend.arch, backend.compute_units
+    auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
+    ranked = rank_choices(p, cache, arch=arch, cus=cus, options=LaunchOptions(), occupancy=occ).choices
+    old = next((c for c in ranked if c.spec.family != "wgrad_tma"), None)
+    tma = [c for c in ranked if c.spec.family == "wgrad_tma"][:top]
+    entrants = {"auto": auto}
+    if old is not None:
+        entrants["auto_old"] = old
+    for i, c in enumerate(tma):
+        entrants[f"tma{i}"] = c
+    ident = lambda c: (c.kernel.key, c.pool, c.ks_count, c.padding is not None)  # noqa: E731
+    uniq: dict = {}
+    alias = {}
+    for k, c in entrants.items():
+        same = next((u for u, uc in uniq.items() if ident(uc) == ident(c)), None)
+        if same is None:
+            uniq[k] = c
+        else:
+            alias[k] = same
+    bufs = DeviceInputs.random(p, backend, seed=seed)
+    out = {"name": name, "problem": p.describe(), "rows": {}}
+    try:
+        ref = wgrad_reference(p, bufs.x64, bufs.dy64.reshape(-1, p.g * p.k))
+        tol = tolerance(p.dtype, p.dw_dtype, p.precision)
+        plans = {}
+        for k, c in uniq.items():
+            rec = {"kernel": c.kernel.label, "family": c.spec.family, "pool": c.pool, "ks": c.ks_count,
+                   "padded": c.padding is not None, "predicted_us": c.predicted_us}  # fmt: skip
+            try:
+                pl = c.plan(p, backend)
+                pl.poison(dw=bufs.dw)
+                pl.launch(bufs.dy, bufs.x, bufs.dw)
+                err = relative_error(bufs.read_dw(), ref)
+                rec.update(rel_err=err, tol=tol, ok=bool(err <= tol and pl.zeroed_bytes_nonzero() == 0))
+                if rec["ok"]:
+                    plans[k] = pl
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = f"{type(e).__name__}: {e}"[:300]
+            out["rows"][k] = rec
+        times = {k: [] for k in plans}
+        order = list(plans)
+        for i in range(rounds):
+            for k in order[i % len(order) :] + order[: i % len(order)]:
+                times[k].append(plans[k].time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=iters, hold=hold)["median_us"])
+        for k, v in times.items():
+            out["rows"][k]["us"] = statistics.median(v)
+        for k, same in alias.items():
+            out["rows"][k] = dict(out["rows"][same], same_as=same)
+        out["cudnn_us"], out["cudnn_note"] = cudnn_time(p, backend, iters=iters, seed=seed)
+        out["host"] = end_to_end(p, iters=iters) if "auto" in plans else None
+    finally:
+        bufs.free()
+    r = out["rows"]
+    t = lambda k: r.get(k, {}).get("us")  # noqa: E731
+    tma_times = [t(k) for k in r if k.startswith("tma") and t(k)]
+    out["auto_us"], out["auto_old_us"] = t("auto"), t("auto_old")
+    out["tma_best_us"] = min(tma_times) if tma_times else None
+    out["all_ok"] = all(x.get("ok") for x in r.values())
+    return out
+
+
+def end_to_end(p, *, iters):
+    """The user's call, host included: ``skwgrad.torch.conv_weight_grad`` (the op a patched model's
+    backward makes; its selection, plan cache and fallback) against PyTorch's own weight gradient
+    on the same channels-last tensors, wall time per call over ``iters`` calls, synchronized."""
+    import torch
+
+    import skwgrad.torch as st
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
+    dwt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[p.dw_dtype]
+    x = torch.randn(p.n, p.c, p.hi, p.wi, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(p.n, p.k, p.ho, p.wo, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
+    w = torch.empty(p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
+    args = ([p.stride[1], p.stride[2]], [p.pad_lo[1], p.pad_lo[2]], [p.dilation[1], p.dilation[2]])
+
+    def ours():
+        return st.conv_weight_grad(x, dy, list(w.shape), *args, 1, dwt, "bench")
+
+    def theirs():
+        return torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0, 0], 1, [False, True, False])[1]
+
+    out = {}
+    for name, fn in (("skwgrad", ours), ("torch", theirs)):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        out[f"{name}_wall_us"] = (time.perf_counter() - t0) / iters * 1e6
+    out["path"] = st.stats().get("layers", {}).get("bench")
+    st.reset_stats()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--corpus", action="append", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--top", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    from compare_auto_tuned import timing_device
+
+    from skwgrad.abi.conv import from_row
+    from skwgrad.cache.store import Cache
+    from skwgrad.launcher.select import NoKernelError
+
+    backend, occ, hold = timing_device()
+    cache = Cache(args.cache)
+    doc = {"date": time.strftime("%Y-%m-%d"), "device": backend.device_name, "cus": backend.compute_units,
+           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": []}  # fmt: skip
+    import csv
+
+    for corpus in args.corpus:
+        with open(corpus) as f:
+            for row in csv.DictReader(f):
+                p = from_row(row)
+                if p.g != 1 or p.dtype == "fp32":
+                    continue  # dense 16-bit rows: where the TMA family can apply
+                t0 = time.time()
+                try:
+                    res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed)
+                except NoKernelError as e:
+                    res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
+                res["corpus"] = Path(corpus).name
+                doc["rows"].append(res)
+                a, o, b, c = (res.get(k) for k in ("auto_us", "auto_old_us", "tma_best_us", "cudnn_us"))
+                auto_k = res.get("rows", {}).get("auto", {}).get("kernel", "-")
+                print(f"{row['name'][:40]:40s} cudnn {c or 0:8.1f} auto {a or 0:8.1f} old {o or 0:8.1f} tma {b or 0:8.1f} "
+                      f"ok={res.get('all_ok')} {auto_k} [{time.time() - t0:.1f}s]", flush=True)  # fmt: skip
+                Path(args.out).write_text(json.dumps(doc, indent=1))
+    rows = [r for r in doc["rows"] if r.get("auto_us") and r.get("cudnn_us")]
+
+    def ratio(num, den):
+        return _geo([r[num] / r[den] for r in rows if r.get(num) and r.get(den)])
+
+    doc["summary"] = {
+        "rows": len(doc["rows"]), "timed": len(rows), "all_ok": all(r.get("all_ok") for r in doc["rows"] if "rows" in r),
+        "auto_vs_cudnn": ratio("cudnn_us", "auto_us"), "auto_old_vs_cudnn": ratio("cudnn_us", "auto_old_us"),
+        "auto_speedup_over_old": ratio("auto_old_us", "auto_us"), "best_of_vs_cudnn": _geo(
+            [r["cudnn_us"] / min(x for x in (r["auto_us"], r.get("auto_old_us"), r.get("tma_best_us")) if x) for r in rows]),
+        "auto_takes_tma": sum(1 for r in rows if r["rows"]["auto"]["family"] == "wgrad_tma"),
+        "end_to_end_vs_torch": _geo([r["host"]["torch_wall_us"] / r["host"]["skwgrad_wall_us"] for r in rows if r.get("host")]),
+    }  # fmt: skip
+    print("summary", json.dumps(doc["summary"]))
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

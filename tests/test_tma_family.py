@@ -1,0 +1,328 @@
+"""The TMA im2col family (``wgrad_tma``, sm_90): its kernarg layout, spec rules, launch geometry,
+compiled code, plans on the fake device, selection and cache checks, all on CPU.
+
+The H200 runs (benchmarks/RESULTS.md) show the numbers; these tests keep the contract they rest
+on: tensor maps 64-byte aligned in the absolute parameter space (0x210 on sm_90), the im2col
+bounding box walking exactly Ho x Wo positions, every pointer change re-pointing the maps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_launcher_fakes as F  # noqa: E402
+
+from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
+from skwgrad.abi.kernargs import FAMILIES, PARAM_BASE, declaration  # noqa: E402
+from skwgrad.abi.launch import TMA_CORNER_RANGE, tma_geometry, tma_unsupported  # noqa: E402
+from skwgrad.abi.spec import KernelSpec  # noqa: E402
+from skwgrad.errors import AbiError, BackendError, ProblemError  # noqa: E402
+from skwgrad.launcher.hostdata import from_bits  # noqa: E402
+from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402
+from skwgrad.reference import relative_error  # noqa: E402
+
+
+def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3):
+    dw = dw or ("fp32" if variant == "atomic" else dtype)
+    return KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, num_warps=warps,
+                      num_stages=stages, block=taps)  # fmt: skip
+
+
+# -- kernarg layout ---------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["direct", "atomic", "workspace"])
+def test_tensor_maps_are_64_byte_aligned_in_the_absolute_parameter_space(variant):
+    slots, size = declaration("wgrad_tma", variant).layout(2)
+    maps = [s for s in slots if s.arg.kind == "tmap"]
+    assert [s.arg.name for s in maps] == ["dy_map", "x_map"]
+    assert maps[0].offset == 48  # not 0: 0x210 + 48 is the first multiple of 64
+    assert all((PARAM_BASE + s.offset) % 64 == 0 and s.arg.size == 128 for s in maps)
+    for a, b in zip(slots, slots[1:]):  # no overlap, natural alignment of every other slot
+        assert b.offset >= a.offset + a.arg.size and (PARAM_BASE + b.offset) % b.arg.align == 0
+    assert declaration("wgrad_tma", variant).source_names[:4] == ("dy_desc", "x_desc", "dw", "ws_ptr")
+    assert size == 512
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "wgrad_tma"])
+def test_the_parameter_base_moves_nothing_without_tensor_maps(family):
+    variants = {"wgrad": "direct", "wgrad_sk": "linear", "stage2": "reduce", "dwconv": "workspace", "grouped": "direct", "pad": "rows"}
+    slots, _ = declaration(family, variants[family]).layout(2)
+    offset = 0
+    for s in slots:  # natural alignment counted from 0, as before the base existed
+        offset = -(-offset // s.arg.size) * s.arg.size
+        assert s.offset == offset
+        offset += s.arg.size
+
+
+def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
+    decl = declaration("wgrad_tma", "direct")
+    p = parse_problem("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1")
+    geo = tma_geometry(p, "direct", bm=64, bn=64, bk=64, taps_per_tile=1)
+    vals = {**geo.scalars, "dy_map": b"\x01" * 128, "x_map": b"\x02" * 128, "dw": 0x1000}
+    blob = decl.pack(vals, 2)
+    slots = {s.arg.name: s.offset for s in decl.layout(2)[0]}
+    assert blob[48:176] == b"\x01" * 128 and blob[slots["x_map"] : slots["x_map"] + 128] == b"\x02" * 128
+    assert struct.unpack_from("<q", blob, slots["x_stride0"])[0] == 8 * 8 * 64
+    with pytest.raises(AbiError, match="128-byte tensor map"):
+        decl.pack({**vals, "x_map": b"\x02" * 64}, 2)
+    with pytest.raises(AbiError, match="ws_ptr"):  # reserved outside the workspace variant
+        decl.pack({**vals, "ws_ptr": 0x2000}, 2)
+
+
+# -- spec and problem rules ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(dtype="fp32", variant="direct"), "16-bit inputs"),
+        (dict(variant="atomic", dw="bf16"), "must be fp32"),
+        (dict(taps=3), "1, 2 or 4"),
+        (dict(bn=128, taps=4), "at least 64"),
+        (dict(warps=2), "num_warps is 4 or 8"),
+        (dict(bm=32), "power of two in \\[64, 256\\]"),
+    ],
+)
+def test_spec_rules(kw, match):
+    with pytest.raises(AbiError, match=match):
+        tma_spec(**kw)
+
+
+def test_label_and_threads():
+    s = tma_spec("direct", dw="fp32", bm=128, bn=128, taps=2, warps=8, stages=4)
+    assert s.label == "wgrad_tma_bf16_dwfp32_2d_v8v8_128x128x64_t2_w8s4_direct"
+    assert s.tma_channels == 64
+    assert s.threads_per_cta(32) == 384 and tma_spec().threads_per_cta(32) == 256  # + producer warp, whole warpgroups
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("n=2,c=6,k=64,h=8,w=8,y=3,x=3,padding=1", "multiples of 8"),
+        ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1,g=2", "one group"),
+        ("n=2,c=64,k=64,d=4,h=8,w=8,z=3,y=3,x=3,padding=1", "3-D"),
+        ("n=2,c=64,k=64,h=64,w=64,y=3,x=3,stride=9", "strides up to 8"),
+        ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=200", "corners"),
+        ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1,dtype=fp32", "16-bit"),
+    ],
+)
+def test_what_tma_cannot_run_is_refused_with_the_reason(text, match):
+    p = parse_problem(text)
+    assert re.search(match, tma_unsupported(p))
+    if p.dtype == "bf16":  # (an fp32 problem is refused first for its dtype)
+        with pytest.raises(AbiError, match=match):
+            tma_spec().check_problem(p)
+    with pytest.raises(ProblemError):
+        tma_geometry(p, "atomic", bm=64, bn=64, bk=64, taps_per_tile=1)
+
+
+def test_the_im2col_box_walks_exactly_the_output_positions():
+    rng = random.Random(7)
+    for _ in range(300):
+        h, w = rng.randint(1, 80), rng.randint(1, 80)
+        y, x = rng.choice((1, 3, 5, 7)), rng.choice((1, 3, 5, 7))
+        s, d = rng.choice((1, 2, 3)), rng.choice((1, 2))
+        pl, ph = rng.randint(0, 4), rng.randint(0, 4)
+        try:
+            p = ConvProblem(n=2, c=8, k=8, hi=h, wi=w, y=y, x=x, stride=(1, s, s), pad_lo=(0, pl, pl), pad_hi=(0, ph, ph), dilation=(1, d, d))
+        except ProblemError:  # no output
+            continue
+        if tma_unsupported(p):
+            continue
+        req = tma_geometry(p, "direct", bm=64, bn=64, bk=64, taps_per_tile=1).tensor_maps[1]
+        for dim, out in ((1, p.ho), (2, p.wo)):
+            lo, up, size = req.lower[dim - 1], req.upper[dim - 1], req.shape[dim]
+            assert (size + up - lo - 1) // s + 1 == out  # positions lo, lo+s, ... inside [lo, size + up)
+            assert lo == -p.pad_lo[dim]
+            assert TMA_CORNER_RANGE[0] <= min(lo, up) and max(lo, up) <= TMA_CORNER_RANGE[1]
+        assert req.element_strides == (1, s, s, 1)
+
+
+def test_geometry_tiles_taps_and_splits():
+    p = parse_problem("n=4,c=96,k=200,h=14,w=14,y=3,x=3,padding=1")
+    geo = tma_geometry(p, "workspace", bm=128, bn=128, bk=64, taps_per_tile=2, ks_count=5)
+    m, taps, c = 2, 5, 2  # ceil(200/128), ceil(9/2), ceil(96/64)
+    assert geo.tiling.num_tiles == m * taps * c
+    assert geo.scalars["total_iters"] == -(-4 * 14 * 14 // 64) == geo.tiling.iters_per_tile
+    assert geo.ks_count * geo.ks_iters >= geo.scalars["total_iters"] > (geo.ks_count - 1) * geo.ks_iters
+    assert geo.grid == geo.tiling.num_tiles * geo.ks_count
+    assert geo.workspace.needs_stage2 and geo.workspace.stage2_reset and geo.workspace.replicas == 1
+    with pytest.raises(ProblemError, match="direct"):
+        tma_geometry(p, "direct", bm=128, bn=128, bk=64, taps_per_tile=2, ks_count=2)
+
+
+# -- plans on the fake device -------------------------------------------------------------------
+PROBLEMS = [
+    ConvProblem(n=8, c=16, k=24, hi=9, wi=7, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1)),
+    ConvProblem(n=16, c=8, k=8, hi=11, wi=10, y=3, x=2, stride=(1, 2, 2), pad_lo=(0, 1, 0), pad_hi=(0, 1, 0), dilation=(1, 1, 2)),
+]
+
+
+@pytest.mark.parametrize("variant,ks", [("direct", 1), ("atomic", 3), ("workspace", 4)])
+@pytest.mark.parametrize("taps", [1, 2])
+@pytest.mark.parametrize("pi", range(len(PROBLEMS)))
+def test_plans_launch_what_the_reference_computes(variant, ks, taps, pi):
+    p0 = PROBLEMS[pi]
+    s = tma_spec(variant, bn=64 * taps, taps=taps)
+    p = dataclasses.replace(p0, dw_dtype=s.dw_dtype)
+    c, be = F.FakeCache(), F.FakeBackend()
+    k = Kernel.from_entry(c.add(s, "sm_90"), c)
+    st2 = Kernel.from_entry(c.add(F.stage2(s.dw_dtype), "sm_90"), c)
+    plan = Plan(p, k, be, ks_count=ks, stage2=st2)
+    assert plan.threads == 256 and plan.grid == plan.geometry.tiling.num_tiles * plan.ks_count
+    xp, dyp, dwp, ref = F.random_device_inputs(be, p)
+    plan.poison(dw=dwp)
+    plan.launch(dyp, xp, dwp)
+    got = from_bits(be.read_array(dwp, p.dw_numel, p.dw_dtype), p.dw_dtype).reshape(p.dw_shape)
+    assert relative_error(got, ref) < (1e-2 if p.dw_dtype == "bf16" else 1e-5)
+    assert plan.zeroed_bytes_nonzero() == 0  # the workspace replica is zero again
+
+
+def test_maps_are_encoded_once_and_re_pointed_only_when_a_pointer_changes():
+    p = PROBLEMS[0]
+    c, be = F.FakeCache(), F.FakeBackend()
+    s = tma_spec("direct")
+    plan = Plan(p, Kernel.from_entry(c.add(s, "sm_90"), c), be)
+    assert [x for x in be.calls if x[0] == "encode_tensor_map"] == [("encode_tensor_map", "dy"), ("encode_tensor_map", "x")]
+    xp, dyp, dwp, ref = F.random_device_inputs(be, p)
+    plan.launch(dyp, xp, dwp)
+    n = len([x for x in be.calls if x[0] == "tensor_map_at"])
+    plan.launch(dyp, xp, dwp)  # same pointers: the kernarg block is reused as it is
+    assert len([x for x in be.calls if x[0] == "tensor_map_at"]) == n
+    x2, dy2, dw2, ref2 = F.random_device_inputs(be, p, seed=3)
+    plan.launch(dyp, x2, dw2)  # only x moved: only its map is re-pointed
+    after = [x for x in be.calls if x[0] == "tensor_map_at"][n:]
+    assert after == [("tensor_map_at", x2)]
+    assert be.launches[-1]["args"]["x_map"][1] == x2 and be.launches[-1]["args"]["dy_map"][1] == dyp
+
+
+def test_a_backend_without_tensor_maps_refuses_with_what_to_do():
+    class NoTma(F.FakeBackend):
+        encode_tensor_map = F.Backend.encode_tensor_map
+        tensor_map_at = F.Backend.tensor_map_at
+
+    c = F.FakeCache()
+    with pytest.raises(BackendError, match="sm_90 CUDA"):
+        Plan(PROBLEMS[0], Kernel.from_entry(c.add(tma_spec("direct"), "sm_90"), c), NoTma())
+
+
+def test_metadata_without_tensor_maps_is_refused():
+    from skwgrad.errors import CacheError
+
+    s = tma_spec("direct")
+    c = F.FakeCache()
+    md = F.fake_metadata(s, "sm_90")
+    md.pop("tensor_maps")
+    with pytest.raises(CacheError, match="tensor maps"):
+        Plan(PROBLEMS[0], Kernel.from_entry(c.add(s, "sm_90", metadata=md), c), F.FakeBackend())
+
+
+# -- sweep and selection ------------------------------------------------------------------------
+def test_the_default_sweep_has_the_family_only_where_the_arch_has_tma():
+    from skwgrad.aot.sweep import tma_specs
+
+    got = tma_specs("default", "sm_90", "bf16")
+    assert got and all(s.family == "wgrad_tma" for s in got)
+    assert {(s.variant, s.dw_dtype) for s in got} == {("direct", "bf16"), ("workspace", "bf16"), ("direct", "fp32"), ("atomic", "fp32")}
+    assert tma_specs("default", "gfx942", "bf16") == tma_specs("default", "gfx950", "fp16") == []
+    assert tma_specs("default", "sm_90", "fp32") == []
+
+
+def _default_cache():
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", arches=["sm_90"], dtypes=["bf16"]):
+        c.add(it.spec, it.arch)
+    return c
+
+
+def test_selection_takes_tma_where_it_applies_and_never_where_it_cannot():
+    from skwgrad.launcher.options import LaunchOptions
+    from skwgrad.launcher.select import choose, rank_choices
+
+    c = _default_cache()
+    occ = lambda k: 1  # noqa: E731
+    big = parse_problem("n=32,c=512,k=512,h=14,w=14,y=3,x=3,padding=1")  # R3: the TMA loop 1.3x the Triton kernels here
+    assert choose(big, c, arch="sm_90", cus=132, occupancy=occ).spec.family == "wgrad_tma"
+    r = rank_choices(big, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
+    assert {x.spec.family for x in r.choices} >= {"wgrad", "wgrad_tma"}
+    for text in ("n=32,c=512,k=512,h=14,w=14,y=3,x=3,padding=1,g=2", "n=8,c=64,k=64,d=8,h=14,w=14,z=3,y=3,x=3,padding=1"):
+        p = parse_problem(text)
+        r = rank_choices(p, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
+        assert r.choices and all(x.spec.family != "wgrad_tma" for x in r.choices)
+    # deterministic requests never take the atomic epilogues
+    det = rank_choices(big, c, arch="sm_90", cus=132, options=LaunchOptions(deterministic=True), occupancy=occ)
+    assert all(x.spec.variant in ("direct", "two_stage", "linear", "tree") for x in det.choices)
+
+
+# -- the compiled objects (Triton + Gluon on this machine) ----------------------------------------
+@pytest.fixture(scope="module")
+def compiled():
+    pytest.importorskip("triton.experimental.gluon")
+    from skwgrad.aot.compile import compile_spec
+
+    return {v: compile_spec(tma_spec(v, bn=128, taps=2), "sm_90", keep_asm=True) for v in ("direct", "workspace")}
+
+
+def _sass(cubin: bytes) -> str:
+    import subprocess
+    import tempfile
+
+    import triton.backends.nvidia as nv
+
+    tool = Path(nv.__file__).parent / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "k.cubin"
+        f.write_bytes(cubin)
+        return subprocess.run([str(tool), "-sass", str(f)], capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+@pytest.mark.parametrize("variant", ["direct", "workspace"])
+def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launcher_reads(compiled, variant):
+    from skwgrad.abi.codeobject import cubin_params
+
+    ck = compiled[variant]
+    md = ck.metadata
+    decl = ck.spec.kernarg_decl
+    assert [p["offset"] for p in cubin_params(ck.binary, md["name"])][: len(decl.args)] == md["kernarg"]["offsets"]
+    assert md["kernarg"]["offsets"][0] == 48 and md["threads"] == 256 and md["stack_bytes"] == 0
+    assert [m["is_im2col"] for m in md["tensor_maps"]] == [False, True]
+    sass = _sass(ck.binary)
+    assert all("tnspA.tnspB" in line for line in re.findall(r"HGMMA[^;]*", sass)) and "HGMMA" in sass
+    assert len(re.findall(r"UTMALDG\.4D\.IM2COL", sass)) >= 2  # one im2col load per tap of the tile
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    assert ("STG.E.128" in sass) if variant == "direct" else ("REDG.E.ADD.F32x4" in sass)
+
+
+def test_compiled_metadata_passes_the_cache_checks_and_a_corrupt_one_does_not(compiled, tmp_path):
+    from skwgrad.cache.validate import check_metadata
+
+    ck = compiled["workspace"]
+    check_metadata(dict(ck.metadata), ck.spec, "sm_90", "entry", current=True)
+    bad = dict(ck.metadata, tensor_maps=[dict(m) for m in ck.metadata["tensor_maps"]])
+    bad["tensor_maps"][1]["block_size"] = [64, 100000]
+    with pytest.raises(Exception, match="block_size"):
+        check_metadata(bad, ck.spec, "sm_90", "entry", current=True)
+    with pytest.raises(Exception, match="tensor"):
+        check_metadata({k: v for k, v in ck.metadata.items() if k != "tensor_maps"}, ck.spec, "sm_90", "entry", current=True)
+
+
+def test_amd_targets_refuse_the_family():
+    pytest.importorskip("triton")
+    from skwgrad.aot.compile import compile_spec
+
+    with pytest.raises(AbiError, match="sm_90 only"):
+        compile_spec(tma_spec("direct"), "gfx942")
+
+
+def test_fake_maps_carry_their_address():
+    be = F.FakeBackend()
+    req = tma_geometry(PROBLEMS[0], "direct", bm=64, bn=64, bk=64, taps_per_tile=1).tensor_maps[0]
+    assert np.frombuffer(be.tensor_map_at(be.encode_tensor_map(req, {}, 0x100), 0x2000)[8:16], dtype="<u8")[0] == 0x2000
