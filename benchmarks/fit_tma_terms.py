@@ -32,7 +32,7 @@ from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.launch import tma_geometry
 from skwgrad.abi.spec import KernelSpec
 
-FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fixed_tma_direct", "fixed_tma_atomic")
+FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "fixed_tma_direct", "fixed_tma_atomic")
 _TAG = re.compile(r"(bf16|fp16)_(\d+)x(?:(\d)x)?(\d+)x(\d+)_s(\d)w(\d)_ws(_direct)?$")
 
 
@@ -65,6 +65,51 @@ def samples(doc: dict, occupancy) -> list[dict]:
             t = M.terms(p, spec, geo, arch="sm_90", compute_units=doc["sms"], occupancy=occupancy(spec))
             out.append({"row": row["name"], "corpus": row.get("corpus", ""), "tag": v["tag"], "ks": v["ks"], "us": v["kernel_us"], "terms": t})
     return out
+
+
+def product_samples(doc: dict, cache) -> list[dict]:
+    """The TMA launches a ``gpu_tma_auto.py`` run timed through the product (plan.time, stream
+    hold; the atomic dW memset and the Stage-2 reduce included), with each row's best other
+    family (``auto_old``: its time and the on-device prediction) kept for judging."""
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.abi.launch import spec_geometry
+
+    out = []
+    for row in doc["rows"]:
+        ents = row.get("rows") or {}
+        old = ents.get("auto_old") or {}
+        for k, e in ents.items():
+            if not k.startswith("tma") or not e.get("ok") or not e.get("us") or e.get("same_as") or e.get("padded"):
+                continue
+            entry = cache.lookup(e["kernel"], arch="sm_90")[0]
+            p = parse_problem(row["problem"])
+            md = entry.metadata
+            geo = spec_geometry(p, entry.spec, threads=int(md["threads"]), ks_count=e["ks"])
+            t = M.terms(p, entry.spec, geo, arch="sm_90", compute_units=doc["cus"], occupancy=M.offline_occupancy(md, "sm_90"))
+            out.append({"row": row["name"], "corpus": row.get("corpus", ""), "tag": e["kernel"], "ks": e["ks"], "us": e["us"],
+                        "terms": t, "device_predicted_us": e.get("predicted_us"),
+                        "old_us": old.get("us"), "old_predicted_us": old.get("predicted_us")})  # fmt: skip
+    return out
+
+
+def judge_against_old(rows: list[dict], model: M.CostModel) -> dict:
+    """Per row, the pick among the timed candidates (the best other family at its on-device
+    prediction, and the timed TMA launches at ``model``'s) against the fastest of them."""
+    by_row: dict = {}
+    for r in rows:
+        by_row.setdefault(r["row"], []).append(r)
+    within, ratios, takes = 0, [], 0
+    for name, rs in by_row.items():
+        cands = [(model.predict(r["terms"]), r["us"], True) for r in rs]
+        if rs[0]["old_us"] and rs[0]["old_predicted_us"]:
+            cands.append((rs[0]["old_predicted_us"], rs[0]["old_us"], False))
+        best = min(c[1] for c in cands)
+        pick = min(cands)
+        takes += pick[2]
+        ratios.append(pick[1] / best)
+        within += pick[1] <= 1.05 * best
+    return {"rows": len(by_row), "within_5pct": within, "geomean_pick_over_best": math.exp(sum(map(math.log, ratios)) / len(ratios)),
+            "takes_tma": takes}  # fmt: skip
 
 
 def fit(rows: list[dict], base: tuple) -> dict:
@@ -106,11 +151,37 @@ def judge(rows: list[dict], model: M.CostModel) -> dict:
             "median_abs_rel_error": float(np.median(err))}  # fmt: skip
 
 
+def main_product(args):
+    from skwgrad.cache.store import Cache
+
+    cache = Cache(args.cache, create=False)
+    doc = json.loads(Path(args.product).read_text())
+    rows = product_samples(doc, cache)
+    base = M.builtin("sm_90").constants
+    held = [r for r in rows if r["corpus"] in args.held_out]
+    train = [r for r in rows if r["corpus"] not in args.held_out]
+    consts = fit(train, base)
+    shipped = M.CostModel("sm_90", base)
+    out = {"product_run": args.product, "held_out": args.held_out, "samples": len(rows), "train_samples": len(train),
+           "fitted_on_train": consts,
+           "held_out_judged": {"refit": judge_against_old(held, model_with(base, consts)), "shipped": judge_against_old(held, shipped)},
+           "train_judged": {"refit": judge_against_old(train, model_with(base, consts)), "shipped": judge_against_old(train, shipped)}}
+    out["fitted_on_all"] = fit(rows, base)
+    out["all_judged"] = judge_against_old(rows, model_with(base, out["fitted_on_all"]))
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    json.dump(out, sys.stdout, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", help="gluon_run.py result JSON (each row's shape and per-configuration timings)")
+    ap.add_argument("runs", nargs="*", help="gluon_run.py result JSON (each row's shape and per-configuration timings)")
+    ap.add_argument("--product", help="a gpu_tma_auto.py result JSON: fit on the product's own timings instead")
+    ap.add_argument("--cache", help="with --product: the cache the run used (the kernels' metadata)")
+    ap.add_argument("--held-out", action="append", default=[], help="with --product: corpus file name(s) the fit never sees")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if args.product:
+        return main_product(args)
     from skwgrad.aot.compile import compile_spec
 
     occ_cache: dict = {}

@@ -65,7 +65,7 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed):
     bufs = DeviceInputs.random(p, backend, seed=seed)
     out = {"name": name, "problem": p.describe(), "rows": {}}
     try:
-        ref = wgrad_reference(p, bufs.x64, bufs.dy64.reshape(-1, p.g * p.k))
+        ref = wgrad_reference(p, bufs.x64, bufs.dy64)
         tol = tolerance(p.dtype, p.dw_dtype, p.precision)
         plans = {}
         for k, c in uniq.items():

@@ -48,7 +48,7 @@ def test_smoke_has_every_family_mode_and_reduction_per_arch(arch):
     assert 13 <= len(ss) <= 24, len(ss)  # small: CI compiles it
     # the TMA im2col family where the arch has it (sm_90), with a workspace and an atomic epilogue
     tma = {(s.variant, s.dw_dtype) for s in ss if s.family == "wgrad_tma"}
-    assert tma == ({("workspace", "bf16"), ("atomic", "fp32")} if ARCHES[arch].tma_im2col else set())
+    assert tma == ({("workspace", "bf16"), ("atomic", "fp32")} if get_arch(arch).tma_im2col else set())
     wg = {s.variant for s in ss if s.family == "wgrad"}
     assert wg == {"direct", "atomic", "two_stage"}
     sk = {(s.mode, s.variant) for s in ss if s.family == "wgrad_sk"}
@@ -209,6 +209,12 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")
         return shape_ok and s.variant in ("direct", split) and mode_ok
+    if s.family == "wgrad_tma":  # sm_90, 16-bit inputs: the R2/R3-winning configurations, direct + one split epilogue
+        from skwgrad.aot.sweep import TMA_CONFIGS
+
+        split = "workspace" if s.dw_dtype == s.dtype else "atomic"
+        return (get_arch(arch).tma_im2col and s.dtype != "fp32" and s.variant in ("direct", split)
+                and (s.bm, s.bn, s.bk, s.block, s.num_warps, s.num_stages) in TMA_CONFIGS)  # fmt: skip
     if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 and 2 at 64x64, 16 and 8 at 64x128
         tile = (s.block, s.bm, s.bn)
         tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128), (2, 64, 64)) if s.dtype != "fp32" else ())
@@ -370,9 +376,9 @@ def test_dry_run_prints_counts_and_touches_nothing(tmp_path):
     for arch in ("gfx942", "gfx950"):
         line = next(ln for ln in r.output.splitlines() if ln.startswith(arch) and " bf16 " in ln)
         nums = [int(v) for v in line.split()[2:]]
-        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "stage2", "pad")
-        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:6])]
-        assert all(nums)
+        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "stage2", "pad")
+        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:7])]
+        assert nums[4] == 0 and all(n for i, n in enumerate(nums) if i != 4)  # no TMA on AMD
     assert not cache.exists()
 
 

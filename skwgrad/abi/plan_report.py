@@ -64,13 +64,19 @@ def launch_report(problem: ConvProblem, *, arch: str, spec: KernelSpec, pool: in
         elif s.arg.kind == "ptr":
             value = f"<{name}>"
             values[name] = _FAKE_PTR
+        elif s.arg.kind == "tmap":  # encoded by the driver at plan time from this request
+            req = next(r for r in geo.tensor_maps if f"{r.operand}_map" == name)
+            value = (f"<tensor map: {req.mode} {req.operand} {list(req.shape)}"
+                     + (f", corners {list(req.lower)}/{list(req.upper)}, strides {list(req.element_strides[1:-1])}" if req.lower else "")
+                     + ">")  # fmt: skip
+            values[name] = bytes(128)
         elif name in geo.scalars:
             value = values[name] = geo.scalars[name]
         else:
             raise AbiError(f"kernarg {name} has no value in the launch geometry")
         kernargs.append({"name": name, "offset": s.offset, "size": s.arg.size, "value": value})
     try:  # the launcher's packer: what it refuses, the plan refuses
-        Packer(decl).pack(values)
+        Packer(decl, 2 if geo.tensor_maps else 0).pack(values)
     except AbiError as e:
         raise ProblemError(
             f"{e} (every scalar kernarg is a 4-byte signed integer, at most {I32_MAX}); the launcher "
