@@ -105,28 +105,44 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed):
 
 
 def end_to_end(p, *, iters):
-    """The user's call, host included: ``skwgrad.torch.conv_weight_grad`` (the op a patched model's
-    backward makes; its selection, plan cache and fallback) against PyTorch's own weight gradient
-    on the same channels-last tensors, wall time per call over ``iters`` calls, synchronized."""
+    """The user's call, host included, wall time per call over ``iters`` back-to-back calls,
+    synchronized at the end, on channels-last torch tensors: ``skwgrad.wgrad`` (the Python launch
+    API) on the same tensors each call and alternating between two pairs (so the TMA kernels
+    re-point their tensor maps on every call), the ``skwgrad::conv_weight_grad`` custom op (what
+    traced graphs call; eager models patched by ``skwgrad.torch.patch`` take an autograd function
+    instead), and PyTorch's own weight gradient on the same tensors."""
     import torch
 
+    import skwgrad
     import skwgrad.torch as st
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
     dwt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[p.dw_dtype]
-    x = torch.randn(p.n, p.c, p.hi, p.wi, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
-    dy = torch.randn(p.n, p.k, p.ho, p.wo, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
-    w = torch.empty(p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=torch.channels_last)
+    cl = torch.channels_last
+    pairs = [(torch.randn(p.n, p.c, p.hi, p.wi, device="cuda", dtype=dt).contiguous(memory_format=cl),
+              torch.randn(p.n, p.k, p.ho, p.wo, device="cuda", dtype=dt).contiguous(memory_format=cl)) for _ in range(2)]  # fmt: skip
+    x, dy = pairs[0]
+    w = torch.empty(p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=cl)
     args = ([p.stride[1], p.stride[2]], [p.pad_lo[1], p.pad_lo[2]], [p.dilation[1], p.dilation[2]])
+    kw = dict(filter_size=(p.y, p.x), stride=tuple(args[0]), padding=tuple(args[1]), dilation=tuple(args[2]), dw_dtype=p.dw_dtype)
+    i = [0]
 
-    def ours():
+    def api():
+        return skwgrad.wgrad(x, dy, **kw)
+
+    def api_alternating():
+        i[0] ^= 1
+        a, b = pairs[i[0]]
+        return skwgrad.wgrad(a, b, **kw)
+
+    def op():
         return st.conv_weight_grad(x, dy, list(w.shape), *args, 1, dwt, "bench")
 
     def theirs():
         return torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0, 0], 1, [False, True, False])[1]
 
     out = {}
-    for name, fn in (("skwgrad", ours), ("torch", theirs)):
+    for name, fn in (("api", api), ("api_alternating", api_alternating), ("op", op), ("torch", theirs)):
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
@@ -135,7 +151,7 @@ def end_to_end(p, *, iters):
             fn()
         torch.cuda.synchronize()
         out[f"{name}_wall_us"] = (time.perf_counter() - t0) / iters * 1e6
-    out["path"] = st.stats().get("layers", {}).get("bench")
+    out["op_path"] = st.stats().get("layers", {}).get("bench")
     st.reset_stats()
     return out
 
@@ -194,7 +210,8 @@ def main():
         "auto_speedup_over_old": ratio("auto_old_us", "auto_us"), "best_of_vs_cudnn": _geo(
             [r["cudnn_us"] / min(x for x in (r["auto_us"], r.get("auto_old_us"), r.get("tma_best_us")) if x) for r in rows]),
         "auto_takes_tma": sum(1 for r in rows if r["rows"]["auto"]["family"] == "wgrad_tma"),
-        "end_to_end_vs_torch": _geo([r["host"]["torch_wall_us"] / r["host"]["skwgrad_wall_us"] for r in rows if r.get("host")]),
+        **{f"end_to_end_{k}_vs_torch": _geo([r["host"]["torch_wall_us"] / r["host"][f"{k}_wall_us"] for r in rows if r.get("host")])
+           for k in ("api", "api_alternating", "op")},
     }  # fmt: skip
     print("summary", json.dumps(doc["summary"]))
     Path(args.out).write_text(json.dumps(doc, indent=1))
