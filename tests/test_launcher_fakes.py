@@ -463,13 +463,17 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
         if req != want:
             raise FakeFault(f"{name} was encoded for {req}, the launch needs {want}")
         ptrs[operand] = ptr
-    if a["total_iters"] != geo.tiling.iters_per_tile or a["ks_iters"] * -(-grid // geo.tiling.num_tiles) < a["total_iters"]:
-        raise FakeFault(f"ks_iters {a['ks_iters']} x {grid // geo.tiling.num_tiles} splits do not cover {a['total_iters']} row blocks")
+    ks = -(-a["total_iters"] // a["ks_iters"])  # the splits the kernel derives (units = tiles x splits)
+    units = geo.tiling.num_tiles * ks
+    if a["total_iters"] != geo.tiling.iters_per_tile:
+        raise FakeFault(f"total_iters {a['total_iters']} is not the problem's {geo.tiling.iters_per_tile} row blocks")
+    if (grid != units) if spec.mode != "persistent" else not 1 <= grid <= units:
+        raise FakeFault(f"grid {grid} for {units} work units ({spec.mode or 'one CTA each'})")
+    if spec.variant == "direct" and ks != 1:
+        raise FakeFault("direct epilogue launched with more than one split")
     ref = _reference(be, p, {**a, **ptrs})
     numel = p.dw_numel
     if spec.variant == "direct":
-        if grid != geo.tiling.num_tiles:
-            raise FakeFault("direct epilogue launched with more than one split")
         _store(be, a["dw"], ref, spec.dw_dtype)
     elif spec.variant == "atomic":
         _store(be, a["dw"], be.read_array(a["dw"], numel, "fp32").astype(np.float64) + ref, "fp32")

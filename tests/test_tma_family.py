@@ -31,10 +31,10 @@ from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402
 from skwgrad.reference import relative_error  # noqa: E402
 
 
-def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3):
+def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3, mode=""):
     dw = dw or ("fp32" if variant == "atomic" else dtype)
     return KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, num_warps=warps,
-                      num_stages=stages, block=taps)  # fmt: skip
+                      num_stages=stages, block=taps, mode=mode)  # fmt: skip
 
 
 # -- kernarg layout ---------------------------------------------------------------------------
@@ -92,6 +92,20 @@ def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
 def test_spec_rules(kw, match):
     with pytest.raises(AbiError, match=match):
         tma_spec(**kw)
+
+
+def test_persistent_launches_take_a_pool_and_the_others_none():
+    p = PROBLEMS[0]
+    from skwgrad.abi.launch import launch_geometry
+
+    geo = launch_geometry(p, "wgrad_tma", "atomic", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=4, mode="persistent", pool=5)
+    assert geo.grid == 5 and geo.mode == "persistent" and geo.ks_count == 4
+    for mode, pool in (("persistent", 0), ("", 5)):
+        with pytest.raises(AbiError, match="pool"):
+            launch_geometry(p, "wgrad_tma", "atomic", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=4, mode=mode, pool=pool)
+    assert tma_spec(mode="persistent").label.endswith("_persistent_workspace")
+    with pytest.raises(AbiError, match="persistent"):
+        tma_spec(mode="dp_sk")
 
 
 def test_label_and_threads():
@@ -167,15 +181,17 @@ PROBLEMS = [
 @pytest.mark.parametrize("variant,ks", [("direct", 1), ("atomic", 3), ("workspace", 4)])
 @pytest.mark.parametrize("taps", [1, 2])
 @pytest.mark.parametrize("pi", range(len(PROBLEMS)))
-def test_plans_launch_what_the_reference_computes(variant, ks, taps, pi):
+@pytest.mark.parametrize("pool", [0, 3])
+def test_plans_launch_what_the_reference_computes(variant, ks, taps, pi, pool):
     p0 = PROBLEMS[pi]
-    s = tma_spec(variant, bn=64 * taps, taps=taps)
+    s = tma_spec(variant, bn=64 * taps, taps=taps, mode="persistent" if pool else "")
     p = dataclasses.replace(p0, dw_dtype=s.dw_dtype)
     c, be = F.FakeCache(), F.FakeBackend()
     k = Kernel.from_entry(c.add(s, "sm_90"), c)
     st2 = Kernel.from_entry(c.add(F.stage2(s.dw_dtype), "sm_90"), c)
-    plan = Plan(p, k, be, ks_count=ks, stage2=st2)
-    assert plan.threads == 256 and plan.grid == plan.geometry.tiling.num_tiles * plan.ks_count
+    plan = Plan(p, k, be, ks_count=ks, stage2=st2, pool=pool)
+    units = plan.geometry.tiling.num_tiles * plan.ks_count
+    assert plan.threads == 256 and plan.grid == (min(units, pool) if pool else units)
     xp, dyp, dwp, ref = F.random_device_inputs(be, p)
     plan.poison(dw=dwp)
     plan.launch(dyp, xp, dwp)
@@ -228,7 +244,7 @@ def test_the_default_sweep_has_the_family_only_where_the_arch_has_tma():
     from skwgrad.aot.sweep import tma_specs
 
     got = tma_specs("default", "sm_90", "bf16")
-    assert got and all(s.family == "wgrad_tma" for s in got)
+    assert got and all(s.family == "wgrad_tma" for s in got) and any(s.mode == "persistent" for s in got)
     assert {(s.variant, s.dw_dtype) for s in got} == {("direct", "bf16"), ("workspace", "bf16"), ("direct", "fp32"), ("atomic", "fp32")}
     assert tma_specs("default", "gfx942", "bf16") == tma_specs("default", "gfx950", "fp16") == []
     assert tma_specs("default", "sm_90", "fp32") == []
@@ -268,7 +284,9 @@ def compiled():
     pytest.importorskip("triton.experimental.gluon")
     from skwgrad.aot.compile import compile_spec
 
-    return {v: compile_spec(tma_spec(v, bn=128, taps=2), "sm_90", keep_asm=True) for v in ("direct", "workspace")}
+    out = {v: compile_spec(tma_spec(v, bn=128, taps=2), "sm_90", keep_asm=True) for v in ("direct", "workspace")}
+    out["persistent_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, mode="persistent"), "sm_90", keep_asm=True)
+    return out
 
 
 def _sass(cubin: bytes) -> str:
@@ -284,7 +302,7 @@ def _sass(cubin: bytes) -> str:
         return subprocess.run([str(tool), "-sass", str(f)], capture_output=True, text=True, timeout=120, check=True).stdout
 
 
-@pytest.mark.parametrize("variant", ["direct", "workspace"])
+@pytest.mark.parametrize("variant", ["direct", "workspace", "persistent_atomic"])
 def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launcher_reads(compiled, variant):
     from skwgrad.abi.codeobject import cubin_params
 

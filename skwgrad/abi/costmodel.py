@@ -176,8 +176,10 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     sk_len = 0
     splitk = spec.family in ("wgrad", "grouped", "wgrad_tma")
     tma = spec.family == "wgrad_tma"
+    # a persistent TMA CTA walks ceil(units / grid) work units (split x tile) one after the other
+    units_per_cta = math.ceil(tiles * geo.ks_count / grid) if tma and spec.mode == "persistent" else 1
     if splitk:
-        longest = geo.ks_iters
+        longest = geo.ks_iters * units_per_cta
         grain = geo.ks_iters
     elif spec.mode == "dp_sk":
         sk_len = part.iters_per_sk_cta + (1 if part.extra_iters else 0) if part.sk_ctas else 0
@@ -224,7 +226,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
             stores = waves + max(0.0, sk_stores - 1.0)
     cu_stores = stores * resident  # the co-resident CTAs' stores share the CU
     if splitk:
-        cu_stores = math.ceil(grid / cus)  # every CTA on the busiest CU stores once (a tail wave's fewer)
+        cu_stores = math.ceil(grid / cus) * units_per_cta  # every CTA on the busiest CU stores once (a tail wave's fewer)
     epilogue = cu_stores * tile_out * partial / 1024.0
     # store instructions beyond 16-byte ones (a tile row stores min(vec_c, 16 / partial) elements
     # at a time), per thread: each thread issues its share of them one after the other, and the

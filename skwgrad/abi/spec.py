@@ -120,7 +120,7 @@ class KernelSpec:
         if self.family == "wgrad_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
             return (f"wgrad_tma_{dt}_2d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
-                    f"_w{self.num_warps}s{self.num_stages}_{self.variant}")  # fmt: skip
+                    f"_w{self.num_warps}s{self.num_stages}{'_persistent' if self.mode else ''}_{self.variant}")  # fmt: skip
         dt = self.dtype + (self.precision if self.precision else "")
         if self.dw_dtype != self.dtype:
             dt += f"_dw{self.dw_dtype}"
@@ -347,8 +347,10 @@ class KernelSpec:
             raise bad(f"wgrad_tma epilogue must be one of {', '.join(TMA_VARIANTS)}")
         if self.variant == "atomic" and self.dw_dtype != "fp32":
             raise bad("the atomic epilogue accumulates into dW, which must be fp32")
-        if self.spatial_dims != 2 or self.pointwise or self.mode or self.precision:
-            raise bad("wgrad_tma is 2-D, with no pointwise addressing, stream-K mode or precision")
+        if self.spatial_dims != 2 or self.pointwise or self.precision:
+            raise bad("wgrad_tma is 2-D, with no pointwise addressing or precision")
+        if self.mode not in ("", "persistent"):
+            raise bad("wgrad_tma mode is '' (one CTA per work unit) or 'persistent' (a pool of CTAs walks the units)")
         widest = 16 // DTYPE_BYTES[self.dtype]
         if (self.vec_c, self.vec_k) != (widest, widest):
             raise bad(f"wgrad_tma loads 16-byte channel vectors: vec_c = vec_k = {widest}")

@@ -908,6 +908,11 @@ TMA_CONFIGS = (
     (64, 64, 64, 1, 4, 4), (64, 128, 64, 2, 4, 4), (128, 128, 64, 2, 8, 4), (64, 256, 64, 4, 4, 3),
 )  # fmt: skip
 TMA_SMOKE = ((64, 64, 64, 1, 4, 3),)
+# Persistent twins (a pool of one CTA per SM walks the work units; the ring runs on across them,
+# so a unit's loads start while the last one's tile is stored): for the many short units of
+# layers with a short reduction and many tiles, where run S1 priced a fill of about 1.8 us per
+# CTA wave (fill_tma).
+TMA_PERSISTENT = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4))
 
 
 def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
@@ -917,11 +922,13 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
         return []
     W = widest_vec(dtype)
     out = []
-    for bm, bn, bk, taps, warps, stages in TMA_SMOKE if preset == "smoke" else TMA_CONFIGS:
+    configs = [(c, "") for c in (TMA_SMOKE if preset == "smoke" else TMA_CONFIGS)]
+    configs += [(c, "persistent") for c in (TMA_PERSISTENT if preset != "smoke" else ())]
+    for (bm, bn, bk, taps, warps, stages), mode in configs:
         for dw in dw_dtypes(dtype):
             for variant in ("direct", "workspace" if dw == dtype else "atomic"):
                 if preset == "smoke" and (variant, dw) not in (("workspace", dtype), ("atomic", "fp32")):
                     continue
                 out.append(KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=W, vec_k=W, bm=bm, bn=bn, bk=bk,
-                                      num_warps=warps, num_stages=stages, block=taps))  # fmt: skip
+                                      num_warps=warps, num_stages=stages, block=taps, mode=mode))  # fmt: skip
     return out

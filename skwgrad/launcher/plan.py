@@ -178,14 +178,14 @@ class Plan:
         check_metadata(kernel, backend.binary_kind)
         spec.check_problem(problem)
         md = kernel.metadata
-        geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if spec.family == "wgrad_sk" else 0,
-                            ks_count=ks_count)  # fmt: skip
+        takes_pool = spec.family == "wgrad_sk" or (spec.family == "wgrad_tma" and spec.mode == "persistent")
+        geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if takes_pool else 0, ks_count=ks_count)
         self.problem = problem
         self.kernel_problem = problem  # what the kernel runs (a PaddedPlan's padded problem)
         self.kernel = kernel
         self.backend = backend
         self.geometry: LaunchGeometry = geo
-        self.pool = pool if spec.family == "wgrad_sk" else 0
+        self.pool = pool if takes_pool else 0
         self.ks_count = geo.ks_count
         self.grid = geo.grid
         self.threads = int(md["threads"])
@@ -333,7 +333,7 @@ class Plan:
         if part is not None:
             d.update(pool=self.pool, sk_ctas=part.sk_ctas, dp_tiles=part.dp_tiles, sk_tiles=part.sk_tiles)
         else:
-            d.update(ks_count=self.ks_count, ks_iters=geo.ks_iters)
+            d.update(ks_count=self.ks_count, ks_iters=geo.ks_iters, **({"pool": self.pool} if self.pool else {}))
         return d
 
     def __repr__(self):
@@ -564,6 +564,9 @@ def build_plan(
         if pool is None:
             pool = resolve_pool(streamk_ctas, backend.compute_units, spec.variant)
         ks_count = 1
+    elif spec.family == "wgrad_tma" and spec.mode == "persistent":
+        if pool is None:  # one CTA per SM: the TMA kernels' shared memory fits no more than one or two
+            pool = backend.compute_units if streamk_ctas == -1 else streamk_ctas
     else:
         pool = 0
     return Plan(problem, kernel, backend, pool=pool, ks_count=ks_count, stage2=stage2)

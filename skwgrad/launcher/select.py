@@ -502,6 +502,8 @@ def _search(problem: ConvProblem, cache, *, arch: str, cus: int, o: LaunchOption
             settings = [dict(pool=p) for p in _pools(k, cus, occ, o)]
         elif s.family == "grouped" and o.ks_count is None:  # the family's own degree, and the search's
             settings = [dict(ks_count=n) for n in sorted({_special_ks(problem, k, cus), *_splitk_degrees(problem, k, cus, o)})]
+        elif s.family == "wgrad_tma" and s.mode == "persistent":  # every co-resident CTA walks the units
+            settings = [dict(ks_count=n, pool=occ * cus) for n in _splitk_degrees(problem, k, cus, o)]
         else:
             settings = [dict(ks_count=n) for n in _splitk_degrees(problem, k, cus, o)]
         if not settings:

@@ -157,24 +157,83 @@ def _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE: gl.constexpr, BM: gl.c
 
 
 @gluon.jit
+def _unit(u, m_tiles, tap_groups, c_tiles, ks_iters, total_iters, NT: gl.constexpr, BM: gl.constexpr, CB: gl.constexpr):
+    """Work unit u = (split, tile) of the split-major order: (t0, m0, c0, it0, n_it)."""
+    tiles = m_tiles * tap_groups * c_tiles
+    split = u // tiles
+    tile = u % tiles
+    rest = tile % (tap_groups * c_tiles)
+    it0 = split * ks_iters
+    return (rest // c_tiles) * NT, (tile // (tap_groups * c_tiles)) * BM, (rest % c_tiles) * CB, it0, gl.minimum(ks_iters, total_iters - it0)
+
+
+@gluon.jit
+def _persistent_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters, TAPS, X,
+                         dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w,
+                         STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, BM: gl.constexpr):  # fmt: skip
+    """The producer warp of a persistent CTA: the units pid, pid + grid, ... one after the other,
+    one ring across them (the next unit's loads start while the MMA warps store the last one)."""
+    CB: gl.constexpr = x_desc.block_type.shape[1]
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
+    tap_groups = (TAPS + NT - 1) // NT
+    units = m_tiles * tap_groups * c_tiles * ((total_iters + ks_iters - 1) // ks_iters)
+    i = 0
+    for u in range(gl.program_id(0), units, gl.num_programs(0)):
+        t0, m0, c0, it0, n_it = _unit(u, m_tiles, tap_groups, c_tiles, ks_iters, total_iters, NT, BM, CB)
+        for j in range(n_it):
+            s = i % STAGES
+            mbarrier.wait(empty.index(s), (i // STAGES) & 1)
+            bar = ready.index(s)
+            r0 = (it0 + j) * BK
+            n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
+            mbarrier.expect(bar, nbytes)
+            tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
+            for q in gl.static_range(NT):
+                tap = gl.minimum(t0 + q, TAPS - 1)
+                tma.async_load_im2col(
+                    x_desc, [n, h, w, c0],
+                    [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
+                    bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
+                )  # fmt: skip
+            i += 1
+
+
+@gluon.jit
+def _persistent_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
+                         STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, CB: gl.constexpr, NT: gl.constexpr,
+                         EPILOGUE: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """The MMA warps of a persistent CTA: per unit, the wgmma chain over its ring slots, then its
+    stores (while the producer already fills the ring for the next unit)."""
+    tap_groups = (TAPS + NT - 1) // NT
+    units = m_tiles * tap_groups * c_tiles * ((total_iters + ks_iters - 1) // ks_iters)
+    i = 0
+    for u in range(gl.program_id(0), units, gl.num_programs(0)):
+        t0, m0, c0, it0, n_it = _unit(u, m_tiles, tap_groups, c_tiles, ks_iters, total_iters, NT, BM, CB)
+        acc = gl.zeros([BM, BN], gl.float32, layout=_mma_layout(BM, BN, num_warps))
+        for j in range(n_it):
+            s = i % STAGES
+            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=j > 0)
+            i += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=n_it > 0)  # the unit's last slot
+        _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE, BM, BN, CB, num_warps)
+
+
+@gluon.jit
 def wgrad_tma(
     dy_desc, x_desc, dw, ws_ptr,
     HoWo, Wo, C, K, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
     m_tiles, c_tiles, ks_iters, total_iters,
-    STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, num_warps: gl.constexpr,
+    STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, PERSISTENT: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     BK: gl.constexpr = dy_desc.block_type.shape[0]
     BM: gl.constexpr = dy_desc.block_type.shape[1]
     CB: gl.constexpr = x_desc.block_type.shape[1]
     BN: gl.constexpr = NT * CB
     dtype: gl.constexpr = dy_desc.dtype
-    split, mt, tg, ct = _tile(m_tiles, (TAPS + NT - 1) // NT, c_tiles)
-    t0 = tg * NT
-    m0 = mt * BM
-    c0 = ct * CB
-    it0 = split * ks_iters
-    n_it = gl.minimum(ks_iters, total_iters - it0)
-
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], dy_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], x_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -183,6 +242,28 @@ def wgrad_tma(
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
         mbarrier.arrive(empty.index(q), count=1)  # every slot starts free
+    if PERSISTENT:  # grid <= the units: each CTA walks units pid, pid + grid, ...
+        out = ws_ptr if EPILOGUE == 2 else dw
+        gl.warp_specialize(
+            [
+                (_persistent_consumer, (a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
+                                        STAGES, BM, BN, CB, NT, EPILOGUE, num_warps)),
+                (_persistent_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters,
+                                        TAPS, X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT, BM)),
+            ],
+            [PRODUCER_WARPS],
+            [PRODUCER_REGS],
+        )  # fmt: skip
+        for q in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(q))
+            mbarrier.invalidate(empty.index(q))
+        return
+    split, mt, tg, ct = _tile(m_tiles, (TAPS + NT - 1) // NT, c_tiles)
+    t0 = tg * NT
+    m0 = mt * BM
+    c0 = ct * CB
+    it0 = split * ks_iters
+    n_it = gl.minimum(ks_iters, total_iters - it0)
     acc = gl.warp_specialize(
         [
             (_consumer, (a_bufs, b_bufs, ready, empty, n_it, STAGES, BM, BN, num_warps)),
@@ -219,4 +300,5 @@ def descriptor_types(spec) -> dict[str, str]:
 
 
 def constexprs(spec) -> dict:
-    return {"STAGES": spec.num_stages, "NT": spec.block, "EPILOGUE": EPILOGUES[spec.variant], "num_warps": spec.num_warps}
+    return {"STAGES": spec.num_stages, "NT": spec.block, "EPILOGUE": EPILOGUES[spec.variant],
+            "PERSISTENT": spec.mode == "persistent", "num_warps": spec.num_warps}  # fmt: skip
