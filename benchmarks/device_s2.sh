@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # H200, session 14 run S2 (issues 12 and 10): the TMA family with the constants refitted on run S1.
-#  - .device/pc.tar.xz: `compile-all --preset default --arch sm_90` for the corpus and the held-out sets
+#  - .device/pc.tar.xz: `compile-all --preset default --arch sm_90` (persistent TMA twins included) for the corpus and the held-out sets
 #    random_2026120334, random_2026120341 and random_2026120343 (the last drawn after S1, before this run);
 #  - benchmarks/gpu_tma_auto.py on all four sets (auto, the best other family, the top TMA candidates,
 #    cuDNN; every timed launch verified with dW poisoned), the user's call end to end (wgrad API on
