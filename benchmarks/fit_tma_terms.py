@@ -32,7 +32,7 @@ from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.launch import tma_geometry
 from skwgrad.abi.spec import KernelSpec
 
-FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "fixed_tma_direct", "fixed_tma_atomic")
+FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "fixed_tma_direct", "fixed_tma_atomic")
 _TAG = re.compile(r"(bf16|fp16)_(\d+)x(?:(\d)x)?(\d+)x(\d+)_s(\d)w(\d)_ws(_direct)?$")
 
 
@@ -84,7 +84,7 @@ def product_samples(doc: dict, cache) -> list[dict]:
             entry = cache.lookup(e["kernel"], arch="sm_90")[0]
             p = parse_problem(row["problem"])
             md = entry.metadata
-            geo = spec_geometry(p, entry.spec, threads=int(md["threads"]), ks_count=e["ks"])
+            geo = spec_geometry(p, entry.spec, threads=int(md["threads"]), ks_count=e["ks"], pool=e.get("pool") or 0)
             t = M.terms(p, entry.spec, geo, arch="sm_90", compute_units=doc["cus"], occupancy=M.offline_occupancy(md, "sm_90"))
             out.append({"row": row["name"], "corpus": row.get("corpus", ""), "tag": e["kernel"], "ks": e["ks"], "us": e["us"],
                         "terms": t, "device_predicted_us": e.get("predicted_us"),
@@ -155,8 +155,10 @@ def main_product(args):
     from skwgrad.cache.store import Cache
 
     cache = Cache(args.cache, create=False)
-    doc = json.loads(Path(args.product).read_text())
-    rows = product_samples(doc, cache)
+    rows = []
+    for path in args.product:  # a row timed in several runs contributes each run's timings
+        run = Path(path).stem
+        rows += [dict(r, row=f"{run}:{r['row']}") for r in product_samples(json.loads(Path(path).read_text()), cache)]
     base = M.builtin("sm_90").constants
     held = [r for r in rows if r["corpus"] in args.held_out]
     train = [r for r in rows if r["corpus"] not in args.held_out]
@@ -175,7 +177,7 @@ def main_product(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", help="gluon_run.py result JSON (each row's shape and per-configuration timings)")
-    ap.add_argument("--product", help="a gpu_tma_auto.py result JSON: fit on the product's own timings instead")
+    ap.add_argument("--product", action="append", help="gpu_tma_auto.py result JSON(s): fit on the product's own timings instead")
     ap.add_argument("--cache", help="with --product: the cache the run used (the kernels' metadata)")
     ap.add_argument("--held-out", action="append", default=[], help="with --product: corpus file name(s) the fit never sees")
     ap.add_argument("--out", required=True)

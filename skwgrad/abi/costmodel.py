@@ -112,7 +112,7 @@ TERMS = (
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
     "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped", "epilogue_narrow",
-    "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma",
+    "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma",
     *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -270,14 +270,18 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         # and the load terms of the Triton kernels are zero for it
         # fill_tma: each CTA a slot runs in turn first waits a whole TMA round trip (the ring fills
         # before the first wgmma) and sets up its barriers: many short splits pay it many times
-        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves))
+        # main_chain_tma: one MMA warp's wgmma chain on the path (its own rate: the TMA loop waits on
+        # mbarriers, not on its own loads, so its chain is not the Triton loop's)
+        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves), path * mac_warp)
+        chain = 0.0
         loads = narrow_loads = 0.0
         own = (0.0, 0.0, 0.0)
     else:
-        tma_terms = (0.0, 0.0, 0.0, 0.0)
+        tma_terms = (0.0, 0.0, 0.0, 0.0, 0.0)
+        chain = path * mac_warp
         own = (float(path), 0.0 if fp32_in else cu_iters * mac, cu_iters * nbytes)
     values = (
-        own[0], path * mac_warp, own[1], cu_iters * loads,
+        own[0], chain, own[1], cu_iters * loads,
         own[2], epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
         cu_iters * max(0, int(stack_bytes) - SPILL_FREE_BYTES) / 1024.0,
         cu_iters * mac if fp32_in and spec.precision != "tf32" else 0.0, stage2_chain, refetch,
@@ -433,18 +437,20 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # Fitted on the reference parts; see benchmarks/RESULTS.md for the run each comes from. An arch
 # with no measured fit gets a prior scaled from sm_90 by the reference parts' peak rates; its
 # first calibration on a device replaces it.
-# The TMA im2col family (model 9): main_iter_tma, main_mac_tma, main_bytes_tma, fill_tma and the
-# fixed cost of its direct / atomic / workspace classes, fitted with every other constant held on
-# the product's own timings of its launches (H200 run S1, benchmarks/gpu_tma_auto.py: plan.time
-# behind a stream hold, dW memset and Stage-2 included; benchmarks/fit_tma_terms.py --product).
-# Fitted on the 43 rows of tests/data/wgrad_shapes.csv and random_2026120334.csv (141 timings),
-# judged on the 23 dense 16-bit rows of random_2026120341.csv it never saw: the pick among the
-# timed candidates (the best other family and the TMA launches) within 5% of the fastest on 20/23
-# rows, geomean 1.013, against 17/23, 1.088 for the first constants (fitted on the mainloop
-# harness's kernel-only timings, run R3, without fill_tma: they priced TMA 10-40% low, most on
-# many short splits). The workspace class takes the atomic one's constant (the same kernel).
-_TMA_LOOP_SM90 = (0.204042, 0.00530445, 0.0, 1.78191)
-_TMA_CLASSES_SM90 = (3.06554, 5.43301, 5.43301)
+# The TMA im2col family (model 9): main_iter_tma, main_mac_tma, main_bytes_tma, fill_tma (per CTA
+# wave: the ring fills before the first wgmma), main_chain_tma (one MMA warp's wgmma chain) and
+# the fixed cost of its direct / atomic / workspace classes, fitted with every other constant held
+# on the product's own timings of its launches (H200 runs S1 and S2, benchmarks/gpu_tma_auto.py:
+# plan.time behind a stream hold, dW memset and Stage-2 included; benchmarks/fit_tma_terms.py
+# --product; benchmarks/results/costmodel_tma_product_fit_2026-12-03_s2.json). Fitted on 443
+# timings of the corpus and random_2026120334 / 41 (132 row timings), judged on the 25 dense
+# 16-bit rows of random_2026120343 it never saw: the pick among the timed candidates (the best
+# other family and the TMA launches) within 5% of the fastest on 20/25 rows, geomean 1.036,
+# against 17/25, 1.087 for the constants run S2 ran (fitted on S1 alone, no chain term). The
+# first constants, fitted on the mainloop harness's kernel-only timings (run R3), priced TMA
+# 10-40% low. The workspace class takes the atomic one's constant (the same kernel).
+_TMA_LOOP_SM90 = (0.0965568, 0.00223633, 0.0, 1.8095, 0.0259607)
+_TMA_CLASSES_SM90 = (3.17682, 6.42723, 6.42723)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
@@ -500,7 +506,7 @@ _DEFAULT_PRIOR = (
     0.03, 0.05,  # tf32 matrix work, exposed loads
     0.01, 0.0, 0.0,  # tf32 per-warp MMA chain, SK gather loads, packed-group iteration
     0.5, 0.01,  # narrow tile stores, narrow loads (per 1024 instructions per thread beyond 16-byte ones)
-    0.02, 0.005, 0.002, 1.0,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill)
+    0.02, 0.005, 0.002, 1.0, 0.01,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
