@@ -47,7 +47,12 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed):
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     ranked = rank_choices(p, cache, arch=arch, cus=cus, options=LaunchOptions(), occupancy=occ).choices
     old = next((c for c in ranked if c.spec.family != "wgrad_tma"), None)
-    tma = [c for c in ranked if c.spec.family == "wgrad_tma"][:top]
+    tma_all = [c for c in ranked if c.spec.family == "wgrad_tma"]
+    tma = tma_all[:top]
+    for mode in ("", "persistent", "streamk"):  # and the best-ranked launch of each TMA mode, for the fit
+        best = next((c for c in tma_all if c.spec.mode == mode), None)
+        if best is not None and best not in tma:
+            tma.append(best)
     entrants = {"auto": auto}
     if old is not None:
         entrants["auto_old"] = old

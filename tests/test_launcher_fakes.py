@@ -467,7 +467,12 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     units = geo.tiling.num_tiles * ks
     if a["total_iters"] != geo.tiling.iters_per_tile:
         raise FakeFault(f"total_iters {a['total_iters']} is not the problem's {geo.tiling.iters_per_tile} row blocks")
-    if (grid != units) if spec.mode != "persistent" else not 1 <= grid <= units:
+    if spec.mode == "streamk":  # equal ranges of all tiles' iterations, ks_iters each
+        iters = geo.tiling.num_tiles * a["total_iters"]
+        if not (grid - 1) * a["ks_iters"] < iters <= grid * a["ks_iters"]:
+            raise FakeFault(f"{grid} stream-K ranges of {a['ks_iters']} do not cover {iters} iterations exactly")
+        ks = 1
+    elif (grid != units) if spec.mode != "persistent" else not 1 <= grid <= units:
         raise FakeFault(f"grid {grid} for {units} work units ({spec.mode or 'one CTA each'})")
     if spec.variant == "direct" and ks != 1:
         raise FakeFault("direct epilogue launched with more than one split")

@@ -210,11 +210,12 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")
         return shape_ok and s.variant in ("direct", split) and mode_ok
     if s.family == "wgrad_tma":  # sm_90, 16-bit inputs: the R2/R3-winning configurations, direct + one split epilogue
-        from skwgrad.aot.sweep import TMA_CONFIGS, TMA_PERSISTENT
+        from skwgrad.aot.sweep import TMA_CONFIGS, TMA_PERSISTENT, TMA_STREAMK
 
         split = "workspace" if s.dw_dtype == s.dtype else "atomic"
-        return (get_arch(arch).tma_im2col and s.dtype != "fp32" and s.variant in ("direct", split)
-                and (s.bm, s.bn, s.bk, s.block, s.num_warps, s.num_stages) in (TMA_PERSISTENT if s.mode else TMA_CONFIGS))  # fmt: skip
+        configs = {"": TMA_CONFIGS, "persistent": TMA_PERSISTENT, "streamk": TMA_STREAMK}[s.mode]
+        return (get_arch(arch).tma_im2col and s.dtype != "fp32" and s.variant in (("direct", split) if s.mode != "streamk" else (split,))
+                and (s.bm, s.bn, s.bk, s.block, s.num_warps, s.num_stages) in configs)  # fmt: skip
     if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 and 2 at 64x64, 16 and 8 at 64x128
         tile = (s.block, s.bm, s.bn)
         tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128), (2, 64, 64)) if s.dtype != "fp32" else ())

@@ -86,6 +86,7 @@ def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
         (dict(taps=3), "1, 2 or 4"),
         (dict(bn=128, taps=4), "at least 64"),
         (dict(warps=2), "num_warps is 4 or 8"),
+        (dict(variant="direct", mode="streamk"), "never direct"),
         (dict(bm=32), "power of two in \\[64, 256\\]"),
     ],
 )
@@ -106,6 +107,10 @@ def test_persistent_launches_take_a_pool_and_the_others_none():
     assert tma_spec(mode="persistent").label.endswith("_persistent_workspace")
     with pytest.raises(AbiError, match="persistent"):
         tma_spec(mode="dp_sk")
+    sk = launch_geometry(p, "wgrad_tma", "workspace", bm=64, bn=64, bk=64, taps_per_tile=1, mode="streamk", pool=7)
+    iters = sk.tiling.num_tiles * sk.tiling.iters_per_tile
+    assert sk.ks_count == 1 and sk.grid <= 7 and (sk.grid - 1) * sk.ks_iters < iters <= sk.grid * sk.ks_iters
+    assert sk.scalars["ks_iters"] == sk.ks_iters and sk.workspace.needs_stage2
 
 
 def test_label_and_threads():
@@ -178,20 +183,27 @@ PROBLEMS = [
 ]
 
 
-@pytest.mark.parametrize("variant,ks", [("direct", 1), ("atomic", 3), ("workspace", 4)])
+LAUNCHES = [(v, ks, pool, mode) for v, ks in (("direct", 1), ("atomic", 3), ("workspace", 4)) for pool, mode in ((0, ""), (3, "persistent"))]
+LAUNCHES += [(v, 1, 5, "streamk") for v in ("atomic", "workspace")]  # stream-K adds partial tiles: no direct
+
+
+@pytest.mark.parametrize("variant,ks,pool,mode", LAUNCHES)
 @pytest.mark.parametrize("taps", [1, 2])
 @pytest.mark.parametrize("pi", range(len(PROBLEMS)))
-@pytest.mark.parametrize("pool", [0, 3])
-def test_plans_launch_what_the_reference_computes(variant, ks, taps, pi, pool):
+def test_plans_launch_what_the_reference_computes(variant, ks, taps, pi, pool, mode):
     p0 = PROBLEMS[pi]
-    s = tma_spec(variant, bn=64 * taps, taps=taps, mode="persistent" if pool else "")
+    s = tma_spec(variant, bn=64 * taps, taps=taps, mode=mode)
     p = dataclasses.replace(p0, dw_dtype=s.dw_dtype)
     c, be = F.FakeCache(), F.FakeBackend()
     k = Kernel.from_entry(c.add(s, "sm_90"), c)
     st2 = Kernel.from_entry(c.add(F.stage2(s.dw_dtype), "sm_90"), c)
     plan = Plan(p, k, be, ks_count=ks, stage2=st2, pool=pool)
     units = plan.geometry.tiling.num_tiles * plan.ks_count
-    assert plan.threads == 256 and plan.grid == (min(units, pool) if pool else units)
+    if mode == "streamk":
+        iters = plan.geometry.tiling.num_tiles * plan.geometry.tiling.iters_per_tile
+        assert plan.grid <= pool and plan.grid * plan.geometry.ks_iters >= iters
+    else:
+        assert plan.threads == 256 and plan.grid == (min(units, pool) if pool else units)
     xp, dyp, dwp, ref = F.random_device_inputs(be, p)
     plan.poison(dw=dwp)
     plan.launch(dyp, xp, dwp)
@@ -286,6 +298,7 @@ def compiled():
 
     out = {v: compile_spec(tma_spec(v, bn=128, taps=2), "sm_90", keep_asm=True) for v in ("direct", "workspace")}
     out["persistent_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, mode="persistent"), "sm_90", keep_asm=True)
+    out["streamk_workspace"] = compile_spec(tma_spec("workspace", bn=128, taps=2, mode="streamk"), "sm_90", keep_asm=True)
     return out
 
 
@@ -302,7 +315,7 @@ def _sass(cubin: bytes) -> str:
         return subprocess.run([str(tool), "-sass", str(f)], capture_output=True, text=True, timeout=120, check=True).stdout
 
 
-@pytest.mark.parametrize("variant", ["direct", "workspace", "persistent_atomic"])
+@pytest.mark.parametrize("variant", ["direct", "workspace", "persistent_atomic", "streamk_workspace"])
 def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launcher_reads(compiled, variant):
     from skwgrad.abi.codeobject import cubin_params
 
@@ -317,6 +330,8 @@ def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launc
     assert len(re.findall(r"UTMALDG\.4D\.IM2COL", sass)) >= 2  # one im2col load per tap of the tile
     assert not re.search(r"\b(LDL|STL)\b", sass)
     assert ("STG.E.128" in sass) if variant == "direct" else ("REDG.E.ADD.F32x4" in sass)
+    if variant == "streamk_workspace":
+        assert ck.metadata["kernarg"]["offsets"][0] == 48
 
 
 def test_compiled_metadata_passes_the_cache_checks_and_a_corrupt_one_does_not(compiled, tmp_path):

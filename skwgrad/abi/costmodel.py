@@ -178,6 +178,9 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     tma = spec.family == "wgrad_tma"
     # a persistent TMA CTA walks ceil(units / grid) work units (split x tile) one after the other
     units_per_cta = math.ceil(tiles * geo.ks_count / grid) if tma and spec.mode == "persistent" else 1
+    # a stream-K TMA CTA's range of ks_iters iterations touches 1 + (L - 1) / ipt tiles on average
+    # and adds a partial tile at the end of each
+    segments = 1.0 + (geo.ks_iters - 1) / ipt if tma and spec.mode == "streamk" else 1.0
     if splitk:
         longest = geo.ks_iters * units_per_cta
         grain = geo.ks_iters
@@ -226,7 +229,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
             stores = waves + max(0.0, sk_stores - 1.0)
     cu_stores = stores * resident  # the co-resident CTAs' stores share the CU
     if splitk:
-        cu_stores = math.ceil(grid / cus) * units_per_cta  # every CTA on the busiest CU stores once (a tail wave's fewer)
+        cu_stores = math.ceil(grid / cus) * units_per_cta * segments  # every CTA on the busiest CU stores once (a tail wave's fewer)
     epilogue = cu_stores * tile_out * partial / 1024.0
     # store instructions beyond 16-byte ones (a tile row stores min(vec_c, 16 / partial) elements
     # at a time), per thread: each thread issues its share of them one after the other, and the
@@ -247,7 +250,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
             fix_atomic = (part.sk_ctas + part.sk_tiles) * tile_out / 1024.0 / cus
     elif v == "atomic" or (v == "workspace" and spec.family != "wgrad_sk"):  # split-K, grouped, TMA
         # split-K atomic / workspace: every split adds its tile, into dW or into the one replica
-        fix_atomic = grid * tile_out / 1024.0 / cus
+        fix_atomic = grid * segments * tile_out / 1024.0 / cus
     stage2_bytes = stage2_chain = 0.0
     launches = 1
     if geo.workspace.needs_stage2:

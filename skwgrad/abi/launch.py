@@ -81,9 +81,11 @@ def launch_geometry(
     if family == "dwconv":
         return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count, mode=mode)
     if family == "wgrad_tma":
-        if (mode == "persistent") != (pool > 0):
-            raise AbiError(f"a persistent wgrad_tma launch takes a CTA pool > 0, a one-CTA-per-unit one none (mode {mode!r}, pool {pool})")
-        return tma_geometry(problem, variant, bm=bm, bn=bn, bk=bk, taps_per_tile=taps_per_tile, ks_count=ks_count, pool=pool)
+        if bool(mode) != (pool > 0):
+            raise AbiError(f"a persistent or stream-K wgrad_tma launch takes a CTA pool > 0, a one-CTA-per-unit one none "
+                           f"(mode {mode!r}, pool {pool})")  # fmt: skip
+        return tma_geometry(problem, variant, bm=bm, bn=bn, bk=bk, taps_per_tile=taps_per_tile, ks_count=ks_count, pool=pool,
+                            streamk=mode == "streamk")  # fmt: skip
     if family == "grouped":
         return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
@@ -416,11 +418,13 @@ def tma_tiling(problem: ConvProblem, bm: int, bn: int, bk: int, taps_per_tile: i
 
 
 def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: int, taps_per_tile: int, ks_count: int = 1,
-                 pool: int = 0) -> LaunchGeometry:  # fmt: skip
+                 pool: int = 0, streamk: bool = False) -> LaunchGeometry:  # fmt: skip
     """One launch of a ``wgrad_tma`` kernel: split-K over BK-row blocks with the wgrad epilogues'
     workspace (direct: ks_count 1; atomic: dW zeroed; workspace: one zeroed f32 replica + Stage-2).
     The work units are (split, tile) pairs; one CTA each, or with ``pool`` > 0 (the persistent
-    kernels) min(units, pool) CTAs that walk them in turn."""
+    kernels) min(units, pool) CTAs that walk them in turn. ``streamk``: the pool's CTAs instead
+    walk equal ranges of all tiles' iterations (ks_iters = iterations per CTA, ks_count 1), each
+    adding a partial tile wherever its range starts or ends inside one (atomic or workspace)."""
     kernargs.declaration("wgrad_tma", variant)
     why = tma_unsupported(problem)
     if why:
@@ -439,7 +443,15 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
         raise ProblemError(f"{grid} work units overflow the kernel's i32 unit index")
     if pool < 0:
         raise ProblemError(f"a persistent CTA pool must be positive, got {pool}")
-    if pool:
+    if streamk:
+        if variant == "direct" or not pool:
+            raise ProblemError("a stream-K TMA launch takes a CTA pool and an adding epilogue (atomic or workspace)")
+        iters = tiling.num_tiles * total
+        if iters > kernargs.I32_MAX:
+            raise ProblemError(f"{iters} iterations over all tiles overflow the stream-K kernel's i32 positions")
+        ks_count, ks_iters = 1, math.ceil(iters / pool)
+        grid = math.ceil(iters / ks_iters)
+    elif pool:
         grid = min(grid, pool)
     ws = workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count)
     rows, taps = p.gemm_k, p.z * p.y * p.x
@@ -459,7 +471,8 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
         TensorMapRequest("x", "im2col", (p.n, p.hi, p.wi, p.c), (p.hi * p.wi * p.c, p.wi * p.c, p.c, 1), lower, upper,
                          (1, p.stride[1], p.stride[2], 1)),
     )  # fmt: skip
-    return LaunchGeometry(p, "wgrad_tma", variant, "persistent" if pool else "", tiling, grid, ks_count, ks_iters, None, ws, scalars, maps)
+    mode = "streamk" if streamk else "persistent" if pool else ""
+    return LaunchGeometry(p, "wgrad_tma", variant, mode, tiling, grid, ks_count, ks_iters, None, ws, scalars, maps)
 
 
 def spec_geometry(problem: ConvProblem, spec, *, threads: int = 0, **setting) -> LaunchGeometry:

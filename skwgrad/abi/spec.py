@@ -24,6 +24,7 @@ STAGE2_UNROLL = 8
 # The TMA im2col kernels (``wgrad_tma``) run one producer warp beside their num_warps MMA warps
 # (Gluon's warp_specialize): it issues the TMA loads of the shared-memory ring.
 TMA_PRODUCER_WARPS = 1
+TMA_MODES = ("", "persistent", "streamk")  # how a wgrad_tma grid covers its work (skwgrad.abi.launch.tma_geometry)
 
 
 @dataclass(frozen=True, order=True)
@@ -120,7 +121,7 @@ class KernelSpec:
         if self.family == "wgrad_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
             return (f"wgrad_tma_{dt}_2d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
-                    f"_w{self.num_warps}s{self.num_stages}{'_persistent' if self.mode else ''}_{self.variant}")  # fmt: skip
+                    f"_w{self.num_warps}s{self.num_stages}{'_' + self.mode if self.mode else ''}_{self.variant}")  # fmt: skip
         dt = self.dtype + (self.precision if self.precision else "")
         if self.dw_dtype != self.dtype:
             dt += f"_dw{self.dw_dtype}"
@@ -349,8 +350,11 @@ class KernelSpec:
             raise bad("the atomic epilogue accumulates into dW, which must be fp32")
         if self.spatial_dims != 2 or self.pointwise or self.precision:
             raise bad("wgrad_tma is 2-D, with no pointwise addressing or precision")
-        if self.mode not in ("", "persistent"):
-            raise bad("wgrad_tma mode is '' (one CTA per work unit) or 'persistent' (a pool of CTAs walks the units)")
+        if self.mode not in TMA_MODES:
+            raise bad("wgrad_tma mode is '' (one CTA per work unit), 'persistent' (a pool of CTAs walks the units) "
+                      "or 'streamk' (a pool of CTAs walks equal ranges of all tiles' iterations)")
+        if self.mode == "streamk" and self.variant == "direct":
+            raise bad("stream-K TMA kernels share tiles between CTAs: their epilogue adds (atomic or workspace), never direct")
         widest = 16 // DTYPE_BYTES[self.dtype]
         if (self.vec_c, self.vec_k) != (widest, widest):
             raise bad(f"wgrad_tma loads 16-byte channel vectors: vec_c = vec_k = {widest}")

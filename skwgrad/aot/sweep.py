@@ -913,6 +913,10 @@ TMA_SMOKE = ((64, 64, 64, 1, 4, 3),)
 # layers with a short reduction and many tiles, where run S1 priced a fill of about 1.8 us per
 # CTA wave (fill_tma).
 TMA_PERSISTENT = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4))
+# Stream-K twins (the pool's CTAs walk equal ranges of all tiles' iterations and add their partial
+# tiles; adding epilogues only): for tile counts that quantize badly on the SMs (ResNet-50 l3: 144
+# tiles of 128x128 on 132 SMs) and few long tiles.
+TMA_STREAMK = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4), (64, 128, 64, 2, 4, 4))
 
 
 def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
@@ -924,9 +928,12 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
     out = []
     configs = [(c, "") for c in (TMA_SMOKE if preset == "smoke" else TMA_CONFIGS)]
     configs += [(c, "persistent") for c in (TMA_PERSISTENT if preset != "smoke" else ())]
+    configs += [(c, "streamk") for c in (TMA_STREAMK if preset != "smoke" else ())]
     for (bm, bn, bk, taps, warps, stages), mode in configs:
         for dw in dw_dtypes(dtype):
             for variant in ("direct", "workspace" if dw == dtype else "atomic"):
+                if variant == "direct" and mode == "streamk":
+                    continue
                 if preset == "smoke" and (variant, dw) not in (("workspace", dtype), ("atomic", "fp32")):
                     continue
                 out.append(KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=W, vec_k=W, bm=bm, bn=bn, bk=bk,

@@ -178,7 +178,7 @@ class Plan:
         check_metadata(kernel, backend.binary_kind)
         spec.check_problem(problem)
         md = kernel.metadata
-        takes_pool = spec.family == "wgrad_sk" or (spec.family == "wgrad_tma" and spec.mode == "persistent")
+        takes_pool = spec.family == "wgrad_sk" or (spec.family == "wgrad_tma" and bool(spec.mode))
         geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if takes_pool else 0, ks_count=ks_count)
         self.problem = problem
         self.kernel_problem = problem  # what the kernel runs (a PaddedPlan's padded problem)
@@ -564,7 +564,7 @@ def build_plan(
         if pool is None:
             pool = resolve_pool(streamk_ctas, backend.compute_units, spec.variant)
         ks_count = 1
-    elif spec.family == "wgrad_tma" and spec.mode == "persistent":
+    elif spec.family == "wgrad_tma" and spec.mode:  # persistent, streamk
         if pool is None:  # one CTA per SM: the TMA kernels' shared memory fits no more than one or two
             pool = backend.compute_units if streamk_ctas == -1 else streamk_ctas
     else:

@@ -504,6 +504,8 @@ def _search(problem: ConvProblem, cache, *, arch: str, cus: int, o: LaunchOption
             settings = [dict(ks_count=n) for n in sorted({_special_ks(problem, k, cus), *_splitk_degrees(problem, k, cus, o)})]
         elif s.family == "wgrad_tma" and s.mode == "persistent":  # every co-resident CTA walks the units
             settings = [dict(ks_count=n, pool=occ * cus) for n in _splitk_degrees(problem, k, cus, o)]
+        elif s.family == "wgrad_tma" and s.mode == "streamk":  # every co-resident CTA walks an equal range
+            settings = [dict(pool=occ * cus)] if o.ks_count is None else []
         else:
             settings = [dict(ks_count=n) for n in _splitk_degrees(problem, k, cus, o)]
         if not settings:

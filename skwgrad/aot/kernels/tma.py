@@ -33,6 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from skwgrad.abi.spec import TMA_PRODUCER_WARPS
 
 EPILOGUES = {"direct": 0, "atomic": 1, "workspace": 2}
+WALKS = {"": 0, "persistent": 1, "streamk": 2}  # one CTA per unit; a pool walking units; a pool walking iteration ranges
 PRODUCER_WARPS = gl.constexpr(TMA_PRODUCER_WARPS)
 PRODUCER_REGS = gl.constexpr(24)  # the producer warp only issues TMA: its registers go to the MMA warps
 
@@ -157,34 +158,59 @@ def _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE: gl.constexpr, BM: gl.c
 
 
 @gluon.jit
-def _unit(u, m_tiles, tap_groups, c_tiles, ks_iters, total_iters, NT: gl.constexpr, BM: gl.constexpr, CB: gl.constexpr):
-    """Work unit u = (split, tile) of the split-major order: (t0, m0, c0, it0, n_it)."""
-    tiles = m_tiles * tap_groups * c_tiles
-    split = u // tiles
-    tile = u % tiles
-    rest = tile % (tap_groups * c_tiles)
-    it0 = split * ks_iters
-    return (rest // c_tiles) * NT, (tile // (tap_groups * c_tiles)) * BM, (rest % c_tiles) * CB, it0, gl.minimum(ks_iters, total_iters - it0)
+def _walk_start(ks_iters, total_iters, tiles, WALK: gl.constexpr):
+    """(position, end) of this CTA's walk. WALK 1 (persistent): positions are work units
+    (split-major: unit = split * tiles + tile), this CTA's are pid, pid + grid, ... WALK 2
+    (stream-K): positions are global iterations (tile-major: tile * total_iters + k), this CTA's
+    are [pid * ks_iters, (pid + 1) * ks_iters): ks_iters is then the iterations per CTA."""
+    pid = gl.program_id(0)
+    if WALK == 1:
+        return pid, tiles * ((total_iters + ks_iters - 1) // ks_iters)
+    else:
+        start = pid * ks_iters
+        return start, gl.minimum(start + ks_iters, tiles * total_iters)
 
 
 @gluon.jit
-def _persistent_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters, TAPS, X,
-                         dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w,
-                         STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, BM: gl.constexpr):  # fmt: skip
-    """The producer warp of a persistent CTA: the units pid, pid + grid, ... one after the other,
-    one ring across them (the next unit's loads start while the MMA warps store the last one)."""
+def _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK: gl.constexpr):
+    """The segment at ``pos``: (tile, first iteration, iterations, next position). A persistent
+    unit is one split of one tile; a stream-K segment runs to the end of its tile or of the range."""
+    if WALK == 1:
+        k0 = (pos // tiles) * ks_iters
+        return pos % tiles, k0, gl.minimum(ks_iters, total_iters - k0), pos + gl.num_programs(0)
+    else:
+        k0 = pos % total_iters
+        n = gl.minimum(total_iters - k0, end - pos)
+        return pos // total_iters, k0, n, pos + n
+
+
+@gluon.jit
+def _tile_origin(tile, tap_groups, c_tiles, NT: gl.constexpr, BM: gl.constexpr, CB: gl.constexpr):
+    """(first tap, first output channel, first input channel) of a tile."""
+    rest = tile % (tap_groups * c_tiles)
+    return (rest // c_tiles) * NT, (tile // (tap_groups * c_tiles)) * BM, (rest % c_tiles) * CB
+
+
+@gluon.jit
+def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters, TAPS, X,
+                   dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w,
+                   STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, BM: gl.constexpr, WALK: gl.constexpr):  # fmt: skip
+    """The producer warp of a walking CTA (persistent or stream-K): its segments one after the
+    other through one ring (a segment's loads start while the MMA warps store the last one)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
     tap_groups = (TAPS + NT - 1) // NT
-    units = m_tiles * tap_groups * c_tiles * ((total_iters + ks_iters - 1) // ks_iters)
+    tiles = m_tiles * tap_groups * c_tiles
+    pos, end = _walk_start(ks_iters, total_iters, tiles, WALK)
     i = 0
-    for u in range(gl.program_id(0), units, gl.num_programs(0)):
-        t0, m0, c0, it0, n_it = _unit(u, m_tiles, tap_groups, c_tiles, ks_iters, total_iters, NT, BM, CB)
+    while pos < end:
+        tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
+        t0, m0, c0 = _tile_origin(tile, tap_groups, c_tiles, NT, BM, CB)
         for j in range(n_it):
             s = i % STAGES
             mbarrier.wait(empty.index(s), (i // STAGES) & 1)
             bar = ready.index(s)
-            r0 = (it0 + j) * BK
+            r0 = (k0 + j) * BK
             n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
             mbarrier.expect(bar, nbytes)
             tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
@@ -196,19 +222,22 @@ def _persistent_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles,
                     bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
                 )  # fmt: skip
             i += 1
+        pos = nxt
 
 
 @gluon.jit
-def _persistent_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
-                         STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, CB: gl.constexpr, NT: gl.constexpr,
-                         EPILOGUE: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """The MMA warps of a persistent CTA: per unit, the wgmma chain over its ring slots, then its
-    stores (while the producer already fills the ring for the next unit)."""
+def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
+                   STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, CB: gl.constexpr, NT: gl.constexpr,
+                   EPILOGUE: gl.constexpr, WALK: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """The MMA warps of a walking CTA: per segment, the wgmma chain over its ring slots, then its
+    stores (stream-K segments always add: several CTAs may share a tile)."""
     tap_groups = (TAPS + NT - 1) // NT
-    units = m_tiles * tap_groups * c_tiles * ((total_iters + ks_iters - 1) // ks_iters)
+    tiles = m_tiles * tap_groups * c_tiles
+    pos, end = _walk_start(ks_iters, total_iters, tiles, WALK)
     i = 0
-    for u in range(gl.program_id(0), units, gl.num_programs(0)):
-        t0, m0, c0, it0, n_it = _unit(u, m_tiles, tap_groups, c_tiles, ks_iters, total_iters, NT, BM, CB)
+    while pos < end:
+        tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
+        t0, m0, c0 = _tile_origin(tile, tap_groups, c_tiles, NT, BM, CB)
         acc = gl.zeros([BM, BN], gl.float32, layout=_mma_layout(BM, BN, num_warps))
         for j in range(n_it):
             s = i % STAGES
@@ -218,8 +247,9 @@ def _persistent_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks
             mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=j > 0)
             i += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=n_it > 0)  # the unit's last slot
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=n_it > 0)  # the segment's last slot
         _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE, BM, BN, CB, num_warps)
+        pos = nxt
 
 
 @gluon.jit
@@ -227,7 +257,7 @@ def wgrad_tma(
     dy_desc, x_desc, dw, ws_ptr,
     HoWo, Wo, C, K, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
     m_tiles, c_tiles, ks_iters, total_iters,
-    STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, PERSISTENT: gl.constexpr, num_warps: gl.constexpr,
+    STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, WALK: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     BK: gl.constexpr = dy_desc.block_type.shape[0]
     BM: gl.constexpr = dy_desc.block_type.shape[1]
@@ -242,14 +272,14 @@ def wgrad_tma(
         mbarrier.init(ready.index(q), count=1)
         mbarrier.init(empty.index(q), count=1)
         mbarrier.arrive(empty.index(q), count=1)  # every slot starts free
-    if PERSISTENT:  # grid <= the units: each CTA walks units pid, pid + grid, ...
+    if WALK != 0:  # a pool of CTAs, each walking its units (persistent) or its iteration range (stream-K)
         out = ws_ptr if EPILOGUE == 2 else dw
         gl.warp_specialize(
             [
-                (_persistent_consumer, (a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
-                                        STAGES, BM, BN, CB, NT, EPILOGUE, num_warps)),
-                (_persistent_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters,
-                                        TAPS, X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT, BM)),
+                (_walk_consumer, (a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
+                                  STAGES, BM, BN, CB, NT, EPILOGUE, WALK, num_warps)),
+                (_walk_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters,
+                                  TAPS, X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT, BM, WALK)),
             ],
             [PRODUCER_WARPS],
             [PRODUCER_REGS],
@@ -301,4 +331,4 @@ def descriptor_types(spec) -> dict[str, str]:
 
 def constexprs(spec) -> dict:
     return {"STAGES": spec.num_stages, "NT": spec.block, "EPILOGUE": EPILOGUES[spec.variant],
-            "PERSISTENT": spec.mode == "persistent", "num_warps": spec.num_warps}  # fmt: skip
+            "WALK": WALKS[spec.mode], "num_warps": spec.num_warps}  # fmt: skip
