@@ -34,7 +34,7 @@ def _geo(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed):
+def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True):
     import numpy as np
 
     from skwgrad.launcher.baseline import cudnn_time
@@ -97,7 +97,7 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed):
         for k, same in alias.items():
             out["rows"][k] = dict(out["rows"][same], same_as=same)
         out["cudnn_us"], out["cudnn_note"] = cudnn_time(p, backend, iters=iters, seed=seed)
-        out["host"] = end_to_end(p, iters=iters) if "auto" in plans else None
+        out["host"] = end_to_end(p, iters=iters) if "auto" in plans and end_to_end_too else None
     finally:
         bufs.free()
     r = out["rows"]
@@ -170,6 +170,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-end-to-end", action="store_true", help="device time only (no host-included calls)")
     args = ap.parse_args()
     import torch
 
@@ -194,7 +195,8 @@ def main():
                     continue  # dense 16-bit rows: where the TMA family can apply
                 t0 = time.time()
                 try:
-                    res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed)
+                    res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,
+                                  end_to_end_too=not args.no_end_to_end)
                 except NoKernelError as e:
                     res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
                 res["corpus"] = Path(corpus).name

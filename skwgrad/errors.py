@@ -45,6 +45,11 @@ class BackendError(SkwgradError, RuntimeError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class TensorMapError(BackendError):
+    """The runtime refused to encode a TMA tensor map for a launch (a driver without TMA im2col,
+    or limits the selection did not know): selection takes the next kernel."""
+
+
 class CaptureError(BackendError):
     """A launch that cannot be recorded into a CUDA/HIP graph as asked; the message says how."""
 

@@ -359,3 +359,32 @@ def test_fake_maps_carry_their_address():
     be = F.FakeBackend()
     req = tma_geometry(PROBLEMS[0], "direct", bm=64, bn=64, bk=64, taps_per_tile=1).tensor_maps[0]
     assert np.frombuffer(be.tensor_map_at(be.encode_tensor_map(req, {}, 0x100), 0x2000)[8:16], dtype="<u8")[0] == 0x2000
+
+
+def test_a_refused_tensor_map_makes_the_api_choose_again_and_says_why(monkeypatch, caplog):
+    """A driver that refuses the maps (no TMA im2col, or a limit selection did not know) costs the
+    TMA kernel, not the call: the API takes the next-ranked kernel and logs why."""
+    from skwgrad.aot.sweep import sweep
+    from skwgrad.errors import TensorMapError
+    from skwgrad.launcher import api
+
+    c = F.FakeCache()
+    for it in sweep("default", arches=["sm_90"], dtypes=["bf16"]):
+        c.add(it.spec, it.arch)
+    be = F.FakeBackend(cus=132, max_active=1)
+    p = parse_problem("n=32,c=512,k=512,h=14,w=14,y=3,x=3,padding=1")
+    from skwgrad.launcher.options import LaunchOptions
+    from skwgrad.launcher.select import choose
+
+    assert choose(p, c, arch="sm_90", cus=132, occupancy=lambda k: 1).spec.family == "wgrad_tma"
+
+    def refuse(self, request, desc, ptr):
+        raise TensorMapError("CUDA_ERROR_INVALID_VALUE (test)")
+
+    monkeypatch.setattr(F.FakeBackend, "encode_tensor_map", refuse)
+    api.clear_plans()
+    with caplog.at_level("WARNING"):
+        plan = api.plan_for(p, LaunchOptions(), cache=c, backend=be)
+    assert plan.spec.family != "wgrad_tma"
+    assert "choosing again without it" in caplog.text
+    api.clear_plans()

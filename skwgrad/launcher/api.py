@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skwgrad.abi.conv import ConvProblem, parse_problem
-from skwgrad.errors import DamagedEntryError, ProblemError
+from skwgrad.errors import DamagedEntryError, ProblemError, TensorMapError
 from skwgrad.launcher import layout as L
 from skwgrad.launcher.backends import get_backend
 from skwgrad.launcher.calls import TorchCall, run_arrays
@@ -164,6 +164,13 @@ def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backen
                     raise
                 log.warning("skipping damaged cache entry %s: %s", key[:12], e)
                 damaged.add(key)
+            except TensorMapError as e:  # the driver refused the tensor maps: choose again without TMA
+                if choice.kernel.key in damaged:
+                    raise
+                log.warning("%s cannot run %s here: %s; choosing again without it (and the other TMA kernels)",
+                            choice.kernel.label, problem.describe(), e)  # fmt: skip
+                damaged.add(choice.kernel.key)  # every TMA kernel encodes the same two maps of this problem
+                damaged.update(x.key for x in c.find(be.arch, family="wgrad_tma"))
         p.choice = choice
         stats["plans_built"] += 1
         log.debug("%s on %s: %s (%s) grid=%d", problem.describe(), be.arch, p.label, choice.reason, p.grid)

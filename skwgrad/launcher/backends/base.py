@@ -254,7 +254,9 @@ class Backend(abc.ABC):
     def encode_tensor_map(self, request, desc: dict, ptr: int):
         """An opaque tensor map for ``request`` (``skwgrad.abi.launch.TensorMapRequest``) with the
         kernel's descriptor metadata ``desc`` (box, swizzle, element type), holding address ``ptr``."""
-        raise BackendError(f"the {self.name} backend has no tensor maps (TMA); the wgrad_tma kernels run on sm_90 CUDA devices")
+        from skwgrad.errors import TensorMapError
+
+        raise TensorMapError(f"the {self.name} backend has no tensor maps (TMA); the wgrad_tma kernels run on sm_90 CUDA devices")
 
     def tensor_map_at(self, tmap, ptr: int) -> bytes:
         """The 128 kernarg bytes of ``tmap`` re-pointed at ``ptr`` (shape and box unchanged)."""

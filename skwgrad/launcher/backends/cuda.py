@@ -9,7 +9,7 @@ The kernarg layout is checked against ``cuFuncGetParamInfo`` at load where the d
 
 from __future__ import annotations
 
-from skwgrad.errors import BackendError
+from skwgrad.errors import BackendError, TensorMapError
 from skwgrad.launcher.backends.base import Driver, DriverBackend, LoadedFunction
 
 _DEFAULT_SHARED = 48 * 1024
@@ -157,18 +157,21 @@ class CudaBackend(DriverBackend):
             d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )  # fmt: skip
-        if request.mode == "tiled":
+        try:
+            if request.mode == "tiled":
+                return self.drv.check(
+                    "cuTensorMapEncodeTiled",
+                    d.cuTensorMapEncodeTiled(dtype, rank, ptr, dims, strides, u32(reversed(box)), u32([1] * rank), *common),
+                )
             return self.drv.check(
-                "cuTensorMapEncodeTiled",
-                d.cuTensorMapEncodeTiled(dtype, rank, ptr, dims, strides, u32(reversed(box)), u32([1] * rank), *common),
-            )
-        return self.drv.check(
-            "cuTensorMapEncodeIm2col",
-            d.cuTensorMapEncodeIm2col(
-                dtype, rank, ptr, dims, strides, list(reversed(request.lower)), list(reversed(request.upper)),
-                box[1], box[0], u32(reversed(request.element_strides)), *common,
-            ),
-        )  # fmt: skip
+                "cuTensorMapEncodeIm2col",
+                d.cuTensorMapEncodeIm2col(
+                    dtype, rank, ptr, dims, strides, list(reversed(request.lower)), list(reversed(request.upper)),
+                    box[1], box[0], u32(reversed(request.element_strides)), *common,
+                ),
+            )  # fmt: skip
+        except BackendError as e:
+            raise TensorMapError(f"{e} ({request.operand}: {request.mode} map of shape {list(request.shape)})") from None
 
     def tensor_map_at(self, tmap, ptr: int) -> bytes:
         import ctypes
