@@ -415,9 +415,11 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
     if groups is not None and weights is None:
         groups = list(groups)
         weights = ranking_weights([us for _, us in samples], [groups[i] for i in keep], fastest)
-    if len(samples) < len(TERMS):
-        raise ProblemError(f"fitting {len(TERMS)} constants needs at least {len(TERMS)} timed samples, got {len(samples)}")
-    a = np.array([t.values for t, _ in samples], dtype=float)
+    a = np.array([t.values for t, _ in samples], dtype=float).reshape(len(samples), len(TERMS))
+    # only the terms the samples exercise are fitted (the others keep the prior's constants)
+    fitted = int((np.abs(a) > 0).any(axis=0).sum())
+    if not samples or len(samples) < fitted:
+        raise ProblemError(f"fitting the {fitted} constants these timings exercise needs at least {fitted} timed samples, got {len(samples)}")
     y = np.array([us for _, us in samples], dtype=float)
     w = np.ones(len(samples)) if weights is None else np.asarray(weights, dtype=float)
     scale = w / y
