@@ -32,7 +32,8 @@ from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.launch import tma_geometry
 from skwgrad.abi.spec import KernelSpec
 
-FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "fixed_tma_direct", "fixed_tma_atomic")
+FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "refetch_tma", "fixed_tma_direct",
+       "fixed_tma_atomic")  # fmt: skip
 _TAG = re.compile(r"(bf16|fp16)_(\d+)x(?:(\d)x)?(\d+)x(\d+)_s(\d)w(\d)_ws(_direct)?$")
 
 

@@ -210,10 +210,10 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")
         return shape_ok and s.variant in ("direct", split) and mode_ok
     if s.family == "wgrad_tma":  # sm_90, 16-bit inputs: the R2/R3-winning configurations, direct + one split epilogue
-        from skwgrad.aot.sweep import TMA_CONFIGS, TMA_PERSISTENT, TMA_STREAMK
+        from skwgrad.aot.sweep import TMA_CONFIGS, TMA_PERSISTENT
 
         split = "workspace" if s.dw_dtype == s.dtype else "atomic"
-        configs = {"": TMA_CONFIGS, "persistent": TMA_PERSISTENT, "streamk": TMA_STREAMK}[s.mode]
+        configs = {"": TMA_CONFIGS, "persistent": TMA_PERSISTENT, "streamk": ()}[s.mode]  # stream-K: broad/full only
         return (get_arch(arch).tma_im2col and s.dtype != "fp32" and s.variant in (("direct", split) if s.mode != "streamk" else (split,))
                 and (s.bm, s.bn, s.bk, s.block, s.num_warps, s.num_stages) in configs)  # fmt: skip
     if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 and 2 at 64x64, 16 and 8 at 64x128

@@ -258,6 +258,8 @@ def test_the_default_sweep_has_the_family_only_where_the_arch_has_tma():
     got = tma_specs("default", "sm_90", "bf16")
     assert got and all(s.family == "wgrad_tma" for s in got) and any(s.mode == "persistent" for s in got)
     assert {(s.variant, s.dw_dtype) for s in got} == {("direct", "bf16"), ("workspace", "bf16"), ("direct", "fp32"), ("atomic", "fp32")}
+    assert not any(s.mode == "streamk" for s in got)  # run S4: broad/full only
+    assert any(s.mode == "streamk" for s in tma_specs("broad", "sm_90", "bf16"))
     assert tma_specs("default", "gfx942", "bf16") == tma_specs("default", "gfx950", "fp16") == []
     assert tma_specs("default", "sm_90", "fp32") == []
 

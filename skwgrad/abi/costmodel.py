@@ -112,7 +112,7 @@ TERMS = (
     "epilogue", "fixup_serial", "fixup_bytes", "fixup_atomic", "stage2", "launch", "dram", "main_spill",
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
     "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped", "epilogue_narrow",
-    "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma",
+    "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "refetch_tma",
     *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -267,6 +267,17 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         miss = max(0.0, 1.0 - L2_BYTES.get(arch, L2_BYTES["sm_90"]) / footprint)
         read = part.sk_tiles * ipt * spec.bk * (spec.bm + spec.bn) * elt  # the SK CTAs' loads, all tiles
         refetch = max(0.0, read - footprint * part.sk_tiles / tiles) * miss / 1048576.0 / cus
+    refetch_tma = 0.0
+    if tma and spec.mode == "streamk":
+        # A stream-K TMA CTA walks its tile's rows at an offset no CTA of another tile shares (the
+        # ranges are equal, the tiles' lengths are not a multiple of them), so once x and dy
+        # outgrow the L2 every tile reads them from memory again: H200 run S4, 128-channel 3x3 at
+        # 256 px (134 MB of x and dy, 9 tiles) 261 us on stream-K against 120 on the persistent
+        # split-K kernel, which runs the taps of one split together. Priced on its own: the
+        # Triton stream-K loops' l2_refetch constant is fitted on far smaller excess traffic.
+        miss = max(0.0, 1.0 - L2_BYTES.get(arch, L2_BYTES["sm_90"]) / footprint)
+        read = tiles * ipt * spec.bk * (spec.bm + spec.bn) * elt
+        refetch_tma = max(0.0, read - footprint) * miss / 1048576.0 / cus
     if tma:
         # TMA issues the loads (no per-thread load instructions or addresses): the loop is priced
         # by its own per-iteration latency, matrix throughput and bytes landed in shared memory,
@@ -275,12 +286,12 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         # before the first wgmma) and sets up its barriers: many short splits pay it many times
         # main_chain_tma: one MMA warp's wgmma chain on the path (its own rate: the TMA loop waits on
         # mbarriers, not on its own loads, so its chain is not the Triton loop's)
-        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves), path * mac_warp)
+        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves), path * mac_warp, refetch_tma)
         chain = 0.0
         loads = narrow_loads = 0.0
         own = (0.0, 0.0, 0.0)
     else:
-        tma_terms = (0.0, 0.0, 0.0, 0.0, 0.0)
+        tma_terms = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         chain = path * mac_warp
         own = (float(path), 0.0 if fp32_in else cu_iters * mac, cu_iters * nbytes)
     values = (
@@ -454,7 +465,11 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # against 17/25, 1.087 for the constants run S2 ran (fitted on S1 alone, no chain term). The
 # first constants, fitted on the mainloop harness's kernel-only timings (run R3), priced TMA
 # 10-40% low. The workspace class takes the atomic one's constant (the same kernel).
-_TMA_LOOP_SM90 = (0.0965568, 0.00223633, 0.0, 1.8095, 0.0259607)
+# refetch_tma (stream-K TMA kernels, broad/full presets only) is a physical prior, not a fit: one
+# MiB per SM re-read from memory at the H200's 4.3 TB/s over 132 SMs, about 32 us. Refitting every
+# TMA constant on runs S1-S4 with it free (5.8) picked worse on the held-out random_2026120344
+# rows (30/46 within 5% against 34/46 with these constants).
+_TMA_LOOP_SM90 = (0.0965568, 0.00223633, 0.0, 1.8095, 0.0259607, 32.0)
 _TMA_CLASSES_SM90 = (3.17682, 6.42723, 6.42723)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
@@ -511,7 +526,7 @@ _DEFAULT_PRIOR = (
     0.03, 0.05,  # tf32 matrix work, exposed loads
     0.01, 0.0, 0.0,  # tf32 per-warp MMA chain, SK gather loads, packed-group iteration
     0.5, 0.01,  # narrow tile stores, narrow loads (per 1024 instructions per thread beyond 16-byte ones)
-    0.02, 0.005, 0.002, 1.0, 0.01,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain
+    0.02, 0.005, 0.002, 1.0, 0.01, 32.0,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain, refetch (per MiB per CU: 4.3 TB/s over 132 SMs)
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 

@@ -914,8 +914,12 @@ TMA_SMOKE = ((64, 64, 64, 1, 4, 3),)
 # CTA wave (fill_tma).
 TMA_PERSISTENT = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4))
 # Stream-K twins (the pool's CTAs walk equal ranges of all tiles' iterations and add their partial
-# tiles; adding epilogues only): for tile counts that quantize badly on the SMs (ResNet-50 l3: 144
-# tiles of 128x128 on 132 SMs) and few long tiles.
+# tiles; adding epilogues only), in broad and full only: H200 run S4 timed them on 74 rows; fastest
+# on 10 (ResNet-50 l3 29.5 us against 32.5, 5x5 192->128 27.2 against 33.3), but the best of all
+# launches moved by 0.9% geomean, and ranked by the model their picks and mispicks cancelled
+# (auto 1.002x slower with them than without). Their equal ranges start at offsets no other
+# tile's CTAs share, so layers whose x and dy outgrow the L2 read them again per tile (vae 3x3:
+# 261 us against 120; the refetch_tma term prices it).
 TMA_STREAMK = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4), (64, 128, 64, 2, 4, 4))
 
 
@@ -928,7 +932,7 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
     out = []
     configs = [(c, "") for c in (TMA_SMOKE if preset == "smoke" else TMA_CONFIGS)]
     configs += [(c, "persistent") for c in (TMA_PERSISTENT if preset != "smoke" else ())]
-    configs += [(c, "streamk") for c in (TMA_STREAMK if preset != "smoke" else ())]
+    configs += [(c, "streamk") for c in (TMA_STREAMK if preset in ("broad", "full") else ())]
     for (bm, bn, bk, taps, warps, stages), mode in configs:
         for dw in dw_dtypes(dtype):
             for variant in ("direct", "workspace" if dw == dtype else "atomic"):
