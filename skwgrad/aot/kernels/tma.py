@@ -96,42 +96,58 @@ def _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w):
 
 
 @gluon.jit
-def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
-              stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr):  # fmt: skip
-    """One warp: waits for a free slot, arms its barrier and issues the TMA loads: one dy box and
-    one im2col box per tap of the tile (the NT taps side by side along N share the dy box)."""
+def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
+                stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, NT: gl.constexpr):  # fmt: skip
+    """The producer's step ``i`` of the ring: wait for its slot to be free, arm its barrier and issue
+    the TMA loads of rows r0.. : one dy box and one im2col box per tap of the tile (the NT taps
+    side by side along N share the dy box)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
     # expect_tx takes a constant: taps past TAPS (the last group) reload the last tap (masked at the end)
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
+    s = i % STAGES
+    mbarrier.wait(empty.index(s), (i // STAGES) & 1)
+    bar = ready.index(s)
+    n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
+    mbarrier.expect(bar, nbytes)
+    tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
+    for q in gl.static_range(NT):
+        tap = gl.minimum(t0 + q, TAPS - 1)
+        tma.async_load_im2col(
+            x_desc, [n, h, w, c0],
+            [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
+            bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
+        )  # fmt: skip
+
+
+@gluon.jit
+def _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, first, STAGES: gl.constexpr):
+    """The MMA warps' step ``i`` of the ring: wait for its slot to be full, issue its wgmma, and
+    (unless ``first`` of a segment) free the slot of the step before."""
+    s = i % STAGES
+    mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+    acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
+    # at most this wgmma in flight: the one before it is done and its slot free to refill
+    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+    mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=not first)
+    return acc
+
+
+@gluon.jit
+def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
+              stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr):  # fmt: skip
+    """One warp: the TMA loads of this CTA's unit, step by step through the ring."""
     for i in range(n_it):
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), (i // STAGES) & 1)
-        bar = ready.index(s)
-        r0 = (it0 + i) * BK
-        n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
-        mbarrier.expect(bar, nbytes)
-        tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
-        for q in gl.static_range(NT):
-            tap = gl.minimum(t0 + q, TAPS - 1)
-            tma.async_load_im2col(
-                x_desc, [n, h, w, c0],
-                [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
-                bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
-            )  # fmt: skip
+        _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (it0 + i) * BK, m0, c0, t0, TAPS, X, dil_h, dil_w,
+                    HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, NT)  # fmt: skip
 
 
 @gluon.jit
 def _consumer(a_bufs, b_bufs, ready, empty, n_it, STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
               num_warps: gl.constexpr):  # fmt: skip
-    """The MMA warpgroups: wait for a full slot, issue its wgmma, free the slot of the one before."""
+    """The MMA warpgroups: the wgmma chain of this CTA's unit."""
     acc = gl.zeros([BM, BN], gl.float32, layout=_mma_layout(BM, BN, num_warps))
     for i in range(n_it):
-        s = i % STAGES
-        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
-        # at most this wgmma in flight: the one before it is done and its slot free to refill
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+        acc = _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, i == 0, STAGES)
     return warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
 
 
@@ -198,7 +214,6 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
     """The producer warp of a walking CTA (persistent or stream-K): its segments one after the
     other through one ring (a segment's loads start while the MMA warps store the last one)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
-    nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
     tap_groups = (TAPS + NT - 1) // NT
     tiles = m_tiles * tap_groups * c_tiles
     pos, end = _walk_start(ks_iters, total_iters, tiles, WALK)
@@ -207,20 +222,8 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
         t0, m0, c0 = _tile_origin(tile, tap_groups, c_tiles, NT, BM, CB)
         for j in range(n_it):
-            s = i % STAGES
-            mbarrier.wait(empty.index(s), (i // STAGES) & 1)
-            bar = ready.index(s)
-            r0 = (k0 + j) * BK
-            n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
-            mbarrier.expect(bar, nbytes)
-            tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
-            for q in gl.static_range(NT):
-                tap = gl.minimum(t0 + q, TAPS - 1)
-                tma.async_load_im2col(
-                    x_desc, [n, h, w, c0],
-                    [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
-                    bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
-                )  # fmt: skip
+            _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (k0 + j) * BK, m0, c0, t0, TAPS, X, dil_h, dil_w,
+                        HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, NT)  # fmt: skip
             i += 1
         pos = nxt
 
@@ -240,11 +243,7 @@ def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters
         t0, m0, c0 = _tile_origin(tile, tap_groups, c_tiles, NT, BM, CB)
         acc = gl.zeros([BM, BN], gl.float32, layout=_mma_layout(BM, BN, num_warps))
         for j in range(n_it):
-            s = i % STAGES
-            mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=j > 0)
+            acc = _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, j == 0, STAGES)
             i += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=n_it > 0)  # the segment's last slot
