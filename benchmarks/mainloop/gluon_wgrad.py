@@ -27,62 +27,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-
-@gluon.constexpr_function
-def _warps_per_cta(BM, num_warps):
-    # The wgmma atom is 4 warps along M; more warps go along M while M has rows for them.
-    w = [4, 1]
-    while w[0] * w[1] != num_warps:
-        if BM > 16 * w[0]:
-            w[0] *= 2
-        else:
-            w[1] *= 2
-    return w
-
-
-@gluon.constexpr_function
-def _instr_n(BM, BN, num_warps):
-    m_reps = -(-BM // 16)
-    n_reps = -(-num_warps // m_reps)
-    max_n = max(BN // n_reps, 8)
-    n = 256
-    while n > max_n or BN % n != 0:
-        n -= 8
-    return n
-
-
-@gluon.constexpr_function
-def _mma_layout(BM, BN, num_warps):
-    """The wgmma accumulator layout of a BM x BN tile (16-bit operands: k = 16)."""
-    return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=_warps_per_cta(BM, num_warps), instr_shape=[16, _instr_n(BM, BN, num_warps), 16]
-    )
-
-
-@gluon.constexpr_function
-def _threads_per_warp(BN):
-    n = min(32, BN // 8)
-    return [32 // n, n]
-
-
-@gluon.jit
-def _tile(m_tiles, tap_groups, c_tiles):
-    """(split, output-channel block, tap group, input-channel block) of this CTA; split-major grid."""
-    pid = gl.program_id(0)
-    tiles = m_tiles * tap_groups * c_tiles
-    tile = pid % tiles
-    rest = tile % (tap_groups * c_tiles)
-    return pid // tiles, tile // (tap_groups * c_tiles), rest // c_tiles, rest % c_tiles
-
-
-@gluon.jit
-def _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w):
-    """The im2col coordinate [n, h, w] of reduction row r0 = (n, ho, wo): where its window starts."""
-    n = r0 // HoWo
-    rem = r0 - n * HoWo
-    ho = rem // Wo
-    wo = rem - ho * Wo
-    return n, ho * stride_h - pad_h, wo * stride_w - pad_w
+# The layouts, the tile decomposition, the producer and MMA steps and the epilogue are the product's
+# (skwgrad/aot/kernels/tma.py, which grew out of this file): runs R2/R3 measured the same code.
+from skwgrad.aot.kernels.tma import _consumer as _ws_consumer
+from skwgrad.aot.kernels.tma import _epilogue as _product_epilogue
+from skwgrad.aot.kernels.tma import _im2col_start, _mma_layout, _tile
+from skwgrad.aot.kernels.tma import _producer as _ws_producer
+from skwgrad.aot.kernels.tma import shared_layout
 
 
 @gluon.jit
@@ -151,64 +102,8 @@ def wgrad_im2col(
 @gluon.jit
 def _epilogue(acc, dw, m0, c0, t0, K, C, TAPS, DIRECT: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
               CB: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """dW[m, tap, c] of the tile (column j: tap t0 + j // CB, channel c0 + j % CB): stored in
-    dW's dtype (DIRECT, one split) or added in fp32."""
-    # 8 consecutive channels per thread: 16-byte stores (the wgmma layout holds pairs)
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], _threads_per_warp(BN), [num_warps, 1], [1, 0])
-    offs_m = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, out_layout))
-    j = gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
-    tap = t0 + j // CB
-    c = c0 + j % CB
-    # C % 8 == 0 (TMA's 16-byte strides): each 8-channel vector is contiguous, aligned, one mask
-    col = gl.max_contiguous(gl.multiple_of(tap * C + c, 8), 8)
-    mask = (offs_m < K)[:, None] & gl.max_constancy((c < C) & (tap < TAPS), 8)[None, :]
-    row = gl.multiple_of(offs_m * (TAPS * C), 8)
-    ptr = dw + row[:, None] + col[None, :]
-    if DIRECT:
-        gl.store(ptr, gl.convert_layout(acc.to(dw.dtype.element_ty), out_layout), mask=mask)
-    else:
-        gl.atomic_add(ptr, gl.convert_layout(acc, out_layout), mask=mask, sem="relaxed")
-
-
-@gluon.jit
-def _ws_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
-                 stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr):  # fmt: skip
-    """One warp: waits for a free slot, arms its barrier and issues the TMA loads: one dy box and
-    one im2col box per tap of the tile (NT taps side by side along N: the dy box serves them all)."""
-    CB: gl.constexpr = x_desc.block_type.shape[1]
-    # expect_tx takes a constant: taps past TAPS (the last group) reload the last tap (masked at the end)
-    nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
-    for i in range(n_it):
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), (i // STAGES) & 1)
-        bar = ready.index(s)
-        r0 = (it0 + i) * BK
-        n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
-        mbarrier.expect(bar, nbytes)
-        tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
-        for q in gl.static_range(NT):
-            tap = gl.minimum(t0 + q, TAPS - 1)
-            tma.async_load_im2col(
-                x_desc, [n, h, w, c0],
-                [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
-                bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
-            )  # fmt: skip
-
-
-@gluon.jit
-def _ws_consumer(a_bufs, b_bufs, ready, empty, n_it, STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                 num_warps: gl.constexpr):  # fmt: skip
-    """The MMA warpgroups: wait for a full slot, issue its wgmma, free the slot of the one before."""
-    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
-    acc = gl.zeros([BM, BN], gl.float32, layout=mma_layout)
-    for i in range(n_it):
-        s = i % STAGES
-        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        acc = warpgroup_mma(a_bufs.index(s).permute((1, 0)), b_bufs.index(s), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    return acc
+    """dW stored in its dtype (DIRECT, one split) or added in fp32: the product's epilogue 0 / 1."""
+    _product_epilogue(acc, dw, m0, c0, t0, K, C, TAPS, 0 if DIRECT else 1, BM, BN, CB, num_warps)
 
 
 @gluon.jit
@@ -261,10 +156,8 @@ def wgrad_im2col_ws(
 # AOT build (this machine, Triton 3.9): cubin + what the device runner needs to launch it
 # ---------------------------------------------------------------------------------------------
 def shared_layout_repr(block, dtype_bits=16):
-    """The NVMMASharedLayout Gluon picks by default for a [rows, cols] 16-bit tile (repr form)."""
-    row_bytes = block[1] * dtype_bits // 8
-    swizzle = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32 if row_bytes % 32 == 0 else 0
-    return f"NVMMASharedLayout(swizzle_byte_width={swizzle}, element_bitwidth={dtype_bits}, rank=2)"
+    """The NVMMASharedLayout Gluon picks by default for a [rows, cols] tile (repr form)."""
+    return shared_layout(block[0], block[1], dtype_bits)
 
 
 def build(BM, BN, BK, stages, num_warps, dtype="bf16", ws=False, direct=False, nt=1):
