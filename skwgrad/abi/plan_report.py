@@ -125,6 +125,7 @@ def format_report(r: dict) -> str:
         out.append(f"selection --streamk {sel['streamk']} --reduction {sel['reduction']}: {sel['reason']}")
         for alt in sel.get("alternatives", [])[1:]:
             how = f"pool {alt['pool']}" if alt["family"] == "wgrad_sk" else f"ks_count {alt['ks_count']}"
+            how += f" pool {alt['pool']}" if alt["family"] == "wgrad_tma" and alt.get("pool") else ""
             pred = f"{alt['predicted_us']:.1f} us" if alt.get("predicted_us") is not None else "not modelled"
             out.append(f"  next    {alt['label']} {how}{' padded ' + alt['padded'] if alt.get('padded') else ''}: {pred}")
         if sel.get("rejected"):

@@ -535,7 +535,7 @@ def _search(problem: ConvProblem, cache, *, arch: str, cus: int, o: LaunchOption
 
 
 def _describe(c: Choice) -> str:
-    how = f"pool {c.pool}" if c.spec.family == "wgrad_sk" else f"ks_count {c.ks_count}"
+    how = f"pool {c.pool}" if c.spec.family == "wgrad_sk" else f"ks_count {c.ks_count}" + (f" pool {c.pool}" if c.pool else "")
     return f"{c.kernel.label} {how}" + (f" padded {c.padding.describe()}" if c.padding is not None else "")
 
 
