@@ -462,7 +462,7 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
         "HoWo": p.ho * p.wo, "Wo": p.wo, "C": p.c, "K": p.k, "X": p.x, "TAPS": taps,
         "stride_h": p.stride[1], "stride_w": p.stride[2], "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
         "dil_h": p.dilation[1], "dil_w": p.dilation[2],
-        "m_tiles": tiling.m_tiles, "c_tiles": math.ceil(p.c / (bn // taps_per_tile)),
+        "m_tiles": tiling.m_tiles, "c_tiles": tiling.n_tiles // math.ceil(taps / taps_per_tile),
         "ks_iters": ks_iters, "total_iters": total,
     }  # fmt: skip
     lower, upper = _tma_corners(p)

@@ -9,6 +9,7 @@ The kernarg layout is checked against ``cuFuncGetParamInfo`` at load where the d
 
 from __future__ import annotations
 
+from skwgrad.abi.kernargs import TMAP_BYTES
 from skwgrad.errors import BackendError, TensorMapError
 from skwgrad.launcher.backends.base import Driver, DriverBackend, LoadedFunction
 
@@ -179,7 +180,7 @@ class CudaBackend(DriverBackend):
         if ptr % _TMA_ALIGN:
             raise BackendError(f"tensor at {ptr:#x} is not {_TMA_ALIGN}-byte aligned; TMA needs aligned tensors")
         self.drv.check("cuTensorMapReplaceAddress", self._d.cuTensorMapReplaceAddress(tmap, ptr))
-        return ctypes.string_at(tmap.getPtr(), 128)
+        return ctypes.string_at(tmap.getPtr(), TMAP_BYTES)
 
     # -- streams and events ------------------------------------------------------------------
     def stream_create(self) -> int:
