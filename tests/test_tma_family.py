@@ -167,7 +167,7 @@ def test_geometry_tiles_taps_and_splits():
     p = parse_problem("n=4,c=96,k=200,h=14,w=14,y=3,x=3,padding=1")
     geo = tma_geometry(p, "workspace", bm=128, bn=128, bk=64, taps_per_tile=2, ks_count=5)
     m, taps, c = 2, 5, 2  # ceil(200/128), ceil(9/2), ceil(96/64)
-    assert geo.tiling.num_tiles == m * taps * c
+    assert geo.tiling.num_tiles == m * taps * c and (geo.scalars["m_tiles"], geo.scalars["c_tiles"]) == (m, c)
     assert geo.scalars["total_iters"] == -(-4 * 14 * 14 // 64) == geo.tiling.iters_per_tile
     assert geo.ks_count * geo.ks_iters >= geo.scalars["total_iters"] > (geo.ks_count - 1) * geo.ks_iters
     assert geo.grid == geo.tiling.num_tiles * geo.ks_count
