@@ -174,17 +174,19 @@ def _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE: gl.constexpr, BM: gl.c
 
 
 @gluon.jit
-def _walk_start(ks_iters, total_iters, tiles, WALK: gl.constexpr):
-    """(position, end) of this CTA's walk. WALK 1 (persistent): positions are work units
+def _walk_start(m_tiles, c_tiles, TAPS, ks_iters, total_iters, NT: gl.constexpr, WALK: gl.constexpr):
+    """(tap groups, tiles, position, end) of this CTA's walk: both partitions walk the same one. WALK 1 (persistent): positions are work units
     (split-major: unit = split * tiles + tile), this CTA's are pid, pid + grid, ... WALK 2
     (stream-K): positions are global iterations (tile-major: tile * total_iters + k), this CTA's
     are [pid * ks_iters, (pid + 1) * ks_iters): ks_iters is then the iterations per CTA."""
+    tap_groups = (TAPS + NT - 1) // NT
+    tiles = m_tiles * tap_groups * c_tiles
     pid = gl.program_id(0)
     if WALK == 1:
-        return pid, tiles * ((total_iters + ks_iters - 1) // ks_iters)
+        return tap_groups, tiles, pid, tiles * ((total_iters + ks_iters - 1) // ks_iters)
     else:
         start = pid * ks_iters
-        return start, gl.minimum(start + ks_iters, tiles * total_iters)
+        return tap_groups, tiles, start, gl.minimum(start + ks_iters, tiles * total_iters)
 
 
 @gluon.jit
@@ -214,9 +216,7 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
     """The producer warp of a walking CTA (persistent or stream-K): its segments one after the
     other through one ring (a segment's loads start while the MMA warps store the last one)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
-    tap_groups = (TAPS + NT - 1) // NT
-    tiles = m_tiles * tap_groups * c_tiles
-    pos, end = _walk_start(ks_iters, total_iters, tiles, WALK)
+    tap_groups, tiles, pos, end = _walk_start(m_tiles, c_tiles, TAPS, ks_iters, total_iters, NT, WALK)
     i = 0
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
@@ -234,9 +234,7 @@ def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters
                    EPILOGUE: gl.constexpr, WALK: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """The MMA warps of a walking CTA: per segment, the wgmma chain over its ring slots, then its
     stores (stream-K segments always add: several CTAs may share a tile)."""
-    tap_groups = (TAPS + NT - 1) // NT
-    tiles = m_tiles * tap_groups * c_tiles
-    pos, end = _walk_start(ks_iters, total_iters, tiles, WALK)
+    tap_groups, tiles, pos, end = _walk_start(m_tiles, c_tiles, TAPS, ks_iters, total_iters, NT, WALK)
     i = 0
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
