@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_tma_auto.py --cache CACHE --corpus tests/data/wgrad_shapes.csv [--corpus ...] --out tma.json
 
-Per dense row the cache serves, in one process on one device, timed the same way (median of
+Per dense or grouped 16-bit row the cache serves, in one process on one device, timed the same way (median of
 ``--iters`` event-timed launches behind a stream hold, rounds interleaved):
 - ``auto``: ``choose`` (no tuned records), the shipped selection, TMA kernels included;
 - ``auto_old``: the best-ranked candidate of the other families (what auto picked before them);
@@ -191,8 +191,8 @@ def main():
         with open(corpus) as f:
             for row in csv.DictReader(f):
                 p = from_row(row)
-                if p.g != 1 or p.dtype == "fp32":
-                    continue  # dense 16-bit rows: where the TMA family can apply
+                if p.is_depthwise or p.dtype == "fp32":
+                    continue  # dense and grouped 16-bit rows: where the TMA family can apply
                 t0 = time.time()
                 try:
                     res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,

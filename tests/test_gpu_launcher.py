@@ -79,7 +79,25 @@ def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
     out += [_k("wgrad", "direct", "fp32", precision=pr) for pr in ("ieee", "tf32")]
     out += [KernelSpec("stage2", "reduce", d, d, block=STAGE2_BLOCK, num_warps=4) for d in ("bf16", "fp32", "fp16")]
     out += [pad_spec(d) for d in ("bf16", "fp32")]  # the channel-padding copies (unaligned channel counts)
+    if arch == "sm_90":  # the TMA im2col family builds for sm_90 only
+        out += [spec for spec, _ in TMA_KINDS]
     return out
+
+
+def _tma(variant, dw, *, bn=64, taps=1, mode=""):
+    return KernelSpec("wgrad_tma", variant, "bf16", dw, vec_c=8, vec_k=8, bm=64, bn=bn, bk=64, block=taps, num_warps=4,
+                      num_stages=3, mode=mode)  # fmt: skip
+
+
+# (kernel, settings it is launched at): every epilogue, the persistent and stream-K walks, 2 taps per tile
+TMA_KINDS = [
+    (_tma("direct", "bf16"), [{}]),
+    (_tma("atomic", "fp32"), [{"ks_count": 1}, {"ks_count": 3}]),
+    (_tma("workspace", "bf16"), [{"ks_count": 2}]),
+    (_tma("direct", "bf16", bn=128, taps=2), [{}]),
+    (_tma("workspace", "fp32", mode="persistent"), [{"pool": 5, "ks_count": 1}, {"pool": 7, "ks_count": 3}]),
+    (_tma("atomic", "fp32", mode="streamk"), [{"pool": 5}, {"pool": 11}]),
+]
 
 
 class KernelSet:
@@ -203,7 +221,16 @@ SHAPES = {
     "3d": "n=1,c=8,k=40,d=5,h=6,w=6,z=3,y=3,x=3,padding=1",
     "asym_pad": "n=2,c=8,k=40,h=7,w=9,y=3,x=2,pad_lo=0x1,pad_hi=2x0",
 }
-LONG = "n=8,c=8,k=16,h=32,w=32,y=3,x=3,padding=1"  # 3 tiles x 256 iterations: many CTAs per tile
+LONG = "n=8,c=8,k=16,h=32,w=32,y=3,x=3,padding=1"
+# TMA shapes: channels per group multiples of 8; the grouped ones packed 8, 3 and 1 to a tile
+TMA_SHAPES = {
+    "dense": "n=2,c=72,k=80,h=9,w=11,y=3,x=3,padding=1",
+    "strided": "n=3,c=16,k=24,h=13,w=12,y=3,x=3,stride=2,padding=1",
+    "dilated": "n=2,c=16,k=8,h=12,w=12,y=3,x=3,dilation=2,padding=2",
+    "grouped_8x8": "n=2,c=256,k=256,g=32,h=7,w=9,y=3,x=3,padding=1",
+    "grouped_16to8": "n=2,c=96,k=48,g=6,h=8,w=8,y=3,x=3,padding=1",
+    "grouped_wide": "n=2,c=160,k=144,g=2,h=6,w=6,y=3,x=3,padding=1",
+}  # 3 tiles x 256 iterations: many CTAs per tile
 
 
 def with_dw(p: ConvProblem, dw: str) -> ConvProblem:
@@ -302,6 +329,20 @@ def test_split_k_every_epilogue(backend, kernels, problem_inputs, shape, variant
     ipt = p.tiling(*TILE).iters_per_tile
     for ks in ([1] if variant == "direct" else sorted({1, 2, 3, ipt})):
         plan = Plan(p, k, backend, ks_count=ks, stage2=_stage2(kernels, dw))
+        run_checked(backend, plan, inputs, ref)
+
+
+@pytest.mark.parametrize("shape", list(TMA_SHAPES))
+@pytest.mark.parametrize("kind", range(len(TMA_KINDS)))
+def test_tma_every_epilogue_and_walk(backend, kernels, problem_inputs, shape, kind):
+    from skwgrad.launcher.plan import Plan
+
+    if backend.arch != "sm_90":
+        pytest.skip("the TMA im2col family builds for sm_90 only")
+    spec, settings = TMA_KINDS[kind]
+    p, inputs, ref = problem_inputs(TMA_SHAPES[shape], spec.dw_dtype)
+    for setting in settings:
+        plan = Plan(p, kernels[spec], backend, stage2=_stage2(kernels, spec.dw_dtype), **setting)
         run_checked(backend, plan, inputs, ref)
 
 

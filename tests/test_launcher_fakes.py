@@ -444,17 +444,21 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     requests must describe that problem), then the split-K epilogue (workspace: into the replica)."""
     from skwgrad.abi.launch import tma_geometry
 
-    n, h, w, c = (a[f"x_shape{i}"] for i in range(4))
-    k, xw, taps = a["K"], a["X"], a["TAPS"]
+    n, h, w, channels = (a[f"x_shape{i}"] for i in range(4))
+    c, k, xw, taps = a["C"], a["K"], a["X"], a["TAPS"]
+    if channels % c or a["dy_shape1"] != channels // c * k:
+        raise FakeFault(f"x has {channels} channels, dy {a['dy_shape1']}: not G groups of C = {c} and K = {k}")
     y = taps // xw
     sh, sw, ph, pw, dh, dwl = a["stride_h"], a["stride_w"], a["pad_h"], a["pad_w"], a["dil_h"], a["dil_w"]
     ho = a["HoWo"] // a["Wo"]
     pad_hi = (0, max(0, (ho - 1) * sh + dh * (y - 1) + 1 - h - ph), max(0, (a["Wo"] - 1) * sw + dwl * (xw - 1) + 1 - w - pw))
-    p = ConvProblem(n=n, c=c, k=k, hi=h, wi=w, y=y, x=xw, stride=(1, sh, sw), pad_lo=(0, ph, pw), pad_hi=pad_hi,
+    p = ConvProblem(n=n, c=c, k=k, g=channels // c, hi=h, wi=w, y=y, x=xw, stride=(1, sh, sw), pad_lo=(0, ph, pw), pad_hi=pad_hi,
                     dilation=(1, dh, dwl), dtype=spec.dtype, dw_dtype=spec.dw_dtype)  # fmt: skip
     if (p.ho, p.wo) != (ho, a["Wo"]):
         raise FakeFault(f"kernargs HoWo/Wo do not follow from the other scalars ({p.ho}x{p.wo})")
     geo = tma_geometry(p, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, taps_per_tile=spec.block, ks_count=a["ks_count"] if "ks_count" in a else 1)
+    if (a["CP"], a["KP"]) != (geo.scalars["CP"], geo.scalars["KP"]):
+        raise FakeFault(f"packed channels CP/KP {a['CP']}/{a['KP']}, the launch packs {geo.scalars['CP']}/{geo.scalars['KP']}")
     ptrs = {}
     for name, operand in (("dy_map", "dy"), ("x_map", "x")):
         index, ptr = a[name]

@@ -23,7 +23,7 @@ import test_launcher_fakes as F  # noqa: E402
 
 from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
 from skwgrad.abi.kernargs import FAMILIES, PARAM_BASE, declaration  # noqa: E402
-from skwgrad.abi.launch import TMA_CORNER_RANGE, tma_geometry, tma_unsupported  # noqa: E402
+from skwgrad.abi.launch import TMA_CORNER_RANGE, tma_geometry, tma_groups_per_tile, tma_unsupported  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.errors import AbiError, BackendError, ProblemError  # noqa: E402
 from skwgrad.launcher.hostdata import from_bits  # noqa: E402
@@ -48,7 +48,7 @@ def test_tensor_maps_are_64_byte_aligned_in_the_absolute_parameter_space(variant
     for a, b in zip(slots, slots[1:]):  # no overlap, natural alignment of every other slot
         assert b.offset >= a.offset + a.arg.size and (PARAM_BASE + b.offset) % b.arg.align == 0
     assert declaration("wgrad_tma", variant).source_names[:4] == ("dy_desc", "x_desc", "dw", "ws_ptr")
-    assert size == 512
+    assert size == 520  # 48 + 2 maps with shapes and strides, 2 pointers, 18 i32 scalars, 2 tail pointers
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f != "wgrad_tma"])
@@ -124,7 +124,7 @@ def test_label_and_threads():
     "text,match",
     [
         ("n=2,c=6,k=64,h=8,w=8,y=3,x=3,padding=1", "multiples of 8"),
-        ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1,g=2", "one group"),
+        ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1,g=16", "per group must be multiples of 8"),
         ("n=2,c=64,k=64,d=4,h=8,w=8,z=3,y=3,x=3,padding=1", "3-D"),
         ("n=2,c=64,k=64,h=64,w=64,y=3,x=3,stride=9", "strides up to 8"),
         ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=200", "corners"),
@@ -163,6 +163,31 @@ def test_the_im2col_box_walks_exactly_the_output_positions():
         assert req.element_strides == (1, s, s, 1)
 
 
+@pytest.mark.parametrize(
+    "g,c,k,bm,cb,gb",
+    [
+        (1, 64, 64, 64, 64, 1),  # dense: one group
+        (32, 8, 8, 64, 64, 8),  # ResNeXt 32x8: 8 groups fill a 64 x 64 tile
+        (32, 8, 8, 128, 64, 8),  # the input channels bound it
+        (6, 16, 16, 64, 64, 3),  # 4 fit, 3 divide G
+        (7, 16, 16, 64, 64, 1),  # G prime: no packing
+        (4, 64, 64, 64, 64, 1),  # a group fills the tile
+        (2, 128, 128, 64, 64, 1),  # a group spans tiles
+        (16, 8, 32, 64, 128, 2),  # the output channels bound it
+    ],
+)
+def test_groups_per_tile_fill_the_tile_and_divide_g(g, c, k, bm, cb, gb):
+    p = ConvProblem(n=2, c=c, k=k, g=g, hi=8, wi=8, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1))
+    assert tma_groups_per_tile(p, bm, cb) == gb
+    geo = tma_geometry(p, "atomic", bm=bm, bn=cb, bk=64, taps_per_tile=1)
+    kp, cp = gb * k, gb * c
+    assert (geo.scalars["KP"], geo.scalars["CP"], geo.scalars["K"], geo.scalars["C"]) == (kp, cp, k, c)
+    assert geo.scalars["m_tiles"] == g // gb * -(-kp // bm) and geo.scalars["c_tiles"] == -(-cp // cb)
+    assert geo.tiling.num_tiles == geo.scalars["m_tiles"] * 9 * geo.scalars["c_tiles"]
+    dy, x = geo.tensor_maps  # all groups' channels: one row of dy and of x
+    assert dy.shape == (p.gemm_k, g * k) and x.shape[3] == g * c and x.strides[2] == g * c
+
+
 def test_geometry_tiles_taps_and_splits():
     p = parse_problem("n=4,c=96,k=200,h=14,w=14,y=3,x=3,padding=1")
     geo = tma_geometry(p, "workspace", bm=128, bn=128, bk=64, taps_per_tile=2, ks_count=5)
@@ -180,6 +205,8 @@ def test_geometry_tiles_taps_and_splits():
 PROBLEMS = [
     ConvProblem(n=8, c=16, k=24, hi=9, wi=7, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1)),
     ConvProblem(n=16, c=8, k=8, hi=11, wi=10, y=3, x=2, stride=(1, 2, 2), pad_lo=(0, 1, 0), pad_hi=(0, 1, 0), dilation=(1, 1, 2)),
+    # grouped, 6 groups of 16 in / 8 out channels: 4 fit a 64 x 64 tile, 3 divide G
+    ConvProblem(n=4, c=16, k=8, g=6, hi=7, wi=9, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1)),
 ]
 
 
@@ -283,7 +310,10 @@ def test_selection_takes_tma_where_it_applies_and_never_where_it_cannot():
     assert choose(big, c, arch="sm_90", cus=132, occupancy=occ).spec.family == "wgrad_tma"
     r = rank_choices(big, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
     assert {x.spec.family for x in r.choices} >= {"wgrad", "wgrad_tma"}
-    for text in ("n=32,c=512,k=512,h=14,w=14,y=3,x=3,padding=1,g=2", "n=8,c=64,k=64,d=8,h=14,w=14,z=3,y=3,x=3,padding=1"):
+    grouped = parse_problem("n=32,c=256,k=256,h=28,w=28,y=3,x=3,padding=1,g=32")  # 8 per group: packed 8 to a tile
+    r = rank_choices(grouped, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
+    assert {x.spec.family for x in r.choices} >= {"grouped", "wgrad_tma"}
+    for text in ("n=32,c=256,k=256,h=14,w=14,y=3,x=3,padding=1,g=64", "n=8,c=64,k=64,d=8,h=14,w=14,z=3,y=3,x=3,padding=1"):
         p = parse_problem(text)
         r = rank_choices(p, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
         assert r.choices and all(x.spec.family != "wgrad_tma" for x in r.choices)

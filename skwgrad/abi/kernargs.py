@@ -333,9 +333,11 @@ def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
 # its shape (i32 each) and its strides in elements (i64 each), as Triton passes them. Then dW,
 # the workspace replica (live for ``workspace``), the scalars the loop needs, and Triton's two
 # trailing null pointers. Split-K over BK-row blocks: ks_iters blocks per split, total_iters in all.
+# C and K are per group; CP and KP per packed group (GB groups per tile; dense: GB = 1, CP = C);
+# m_tiles counts the output-channel blocks of all packed groups, c_tiles the input-channel blocks of one.
 TMA_VARIANTS = ("direct", "atomic", "workspace")
 TMA_SCALARS = (
-    "HoWo", "Wo", "C", "K", "X", "TAPS", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
+    "HoWo", "Wo", "C", "K", "CP", "KP", "X", "TAPS", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
     "m_tiles", "c_tiles", "ks_iters", "total_iters",
 )  # fmt: skip
 TMA_DESCRIPTORS = (("dy_desc", "dy", 2), ("x_desc", "x", 4))  # (kernel parameter, slot prefix, rank)

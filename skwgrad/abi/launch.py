@@ -348,7 +348,8 @@ def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn
 
 # -- TMA im2col family (``wgrad_tma``, sm_90): filter taps as tiles, BK-row blocks as iterations --
 # A tile is BM output channels x T filter taps x CB = BN / T input channels (the spec's block is T);
-# grid = ceil(K / BM) x ceil(taps / T) x ceil(C / CB) tiles x ks_count splits, split-major. The
+# grid = ceil(K / BM) x ceil(taps / T) x ceil(C / CB) tiles x ks_count splits, split-major, on the
+# packed problem (``tma_groups_per_tile``: GB groups of a grouped convolution as one). The
 # reduction is the N*Ho*Wo output positions in blocks of BK (any Ho, Wo: TMA im2col walks them).
 # Limits of TMA im2col on a 4-D [N, H, W, C] tensor (CUDA driver API, cuTensorMapEncodeIm2col; PTX
 # cp.async.bulk.tensor im2col offsets): pixel-box corners in [-2^7, 2^7 - 1], traversal strides
@@ -387,13 +388,12 @@ def tma_unsupported(p: ConvProblem) -> str:
 
     if p.dtype not in ("bf16", "fp16"):
         return f"TMA kernels take 16-bit inputs; the problem is {p.dtype}"
-    if p.g != 1:
-        return f"TMA kernels are dense (one group); the problem has G = {p.g}"
     if p.spatial_dims != 2:
         return "TMA kernels are 2-D (3-D needs the 5-D im2col mode)"
     vec = 16 // DTYPE_BYTES[p.dtype]
     if p.c % vec or p.k % vec:
-        return f"TMA strides are 16-byte multiples: C = {p.c} and K = {p.k} must be multiples of {vec}"
+        per = " per group" if p.g > 1 else ""
+        return f"TMA strides and dW stores are 16-byte vectors: C = {p.c} and K = {p.k}{per} must be multiples of {vec}"
     if max(p.stride[1:]) > TMA_MAX_ELEMENT_STRIDE:
         return f"TMA im2col walks strides up to {TMA_MAX_ELEMENT_STRIDE}; the problem's stride is {p.stride[1:]}"
     lower, upper = _tma_corners(p)
@@ -407,13 +407,25 @@ def tma_unsupported(p: ConvProblem) -> str:
     return ""
 
 
+def tma_groups_per_tile(problem: ConvProblem, bm: int, cb: int) -> int:
+    """GB, the groups one ``wgrad_tma`` tile packs (BM output x CB input channels per tap): the most
+    that divide G and fit the tile both ways, so the packed problem has the fewest tiles; 1 when a
+    group fills the tile (or the problem is dense)."""
+    fit = min(bm // problem.k, cb // problem.c)
+    return max(d for d in range(1, max(1, fit) + 1) if problem.g % d == 0)
+
+
 def tma_tiling(problem: ConvProblem, bm: int, bn: int, bk: int, taps_per_tile: int) -> Tiling:
+    """The tiles of the packed problem: G / GB packed groups x ceil(GB*K / BM) output-channel
+    blocks (``m_tiles``) x ceil(taps / T) tap groups x ceil(GB*C / CB) input-channel blocks."""
     if taps_per_tile <= 0 or bn % taps_per_tile:
         raise ProblemError(f"wgrad_tma: {taps_per_tile} taps per tile must divide BN = {bn}")
     cb = bn // taps_per_tile
-    m = math.ceil(problem.k / bm)
-    n = math.ceil(problem.z * problem.y * problem.x / taps_per_tile) * math.ceil(problem.c / cb)
-    return Tiling(bm=bm, bn=bn, bk=bk, m_tiles_per_group=m, m_tiles=m, n_tiles=n, num_tiles=m * n,
+    packed = grouped_packed(problem, tma_groups_per_tile(problem, bm, cb))
+    mpg = math.ceil(packed.k / bm)
+    m = packed.g * mpg
+    n = math.ceil(packed.z * packed.y * packed.x / taps_per_tile) * math.ceil(packed.c / cb)
+    return Tiling(bm=bm, bn=bn, bk=bk, m_tiles_per_group=mpg, m_tiles=m, n_tiles=n, num_tiles=m * n,
                   iters_per_tile=math.ceil(problem.gemm_k / bk))  # fmt: skip
 
 
@@ -455,11 +467,13 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
         grid = min(grid, pool)
     ws = workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count)
     rows, taps = p.gemm_k, p.z * p.y * p.x
+    gb = tma_groups_per_tile(p, bm, bn // taps_per_tile)
+    ck, kk = p.g * p.c, p.g * p.k  # all groups' channels: one row of x, one row of dy
     scalars = {
-        "dy_shape0": rows, "dy_shape1": p.k, "dy_stride0": p.k, "dy_stride1": 1,
-        "x_shape0": p.n, "x_shape1": p.hi, "x_shape2": p.wi, "x_shape3": p.c,
-        "x_stride0": p.hi * p.wi * p.c, "x_stride1": p.wi * p.c, "x_stride2": p.c, "x_stride3": 1,
-        "HoWo": p.ho * p.wo, "Wo": p.wo, "C": p.c, "K": p.k, "X": p.x, "TAPS": taps,
+        "dy_shape0": rows, "dy_shape1": kk, "dy_stride0": kk, "dy_stride1": 1,
+        "x_shape0": p.n, "x_shape1": p.hi, "x_shape2": p.wi, "x_shape3": ck,
+        "x_stride0": p.hi * p.wi * ck, "x_stride1": p.wi * ck, "x_stride2": ck, "x_stride3": 1,
+        "HoWo": p.ho * p.wo, "Wo": p.wo, "C": p.c, "K": p.k, "CP": gb * p.c, "KP": gb * p.k, "X": p.x, "TAPS": taps,
         "stride_h": p.stride[1], "stride_w": p.stride[2], "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
         "dil_h": p.dilation[1], "dil_w": p.dilation[2],
         "m_tiles": tiling.m_tiles, "c_tiles": tiling.n_tiles // math.ceil(taps / taps_per_tile),
@@ -467,8 +481,8 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
     }  # fmt: skip
     lower, upper = _tma_corners(p)
     maps = (
-        TensorMapRequest("dy", "tiled", (rows, p.k), (p.k, 1)),
-        TensorMapRequest("x", "im2col", (p.n, p.hi, p.wi, p.c), (p.hi * p.wi * p.c, p.wi * p.c, p.c, 1), lower, upper,
+        TensorMapRequest("dy", "tiled", (rows, kk), (kk, 1)),
+        TensorMapRequest("x", "im2col", (p.n, p.hi, p.wi, ck), (p.hi * p.wi * ck, p.wi * ck, ck, 1), lower, upper,
                          (1, p.stride[1], p.stride[2], 1)),
     )  # fmt: skip
     mode = "streamk" if streamk else "persistent" if pool else ""

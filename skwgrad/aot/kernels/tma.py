@@ -14,6 +14,12 @@ dy box among NT taps, which pays on few input channels. One producer warp (``war
 feeds a ring of STAGES slots through empty/ready mbarrier pairs; the MMA warps wait for a full
 slot, issue its wgmma and free the slot of the one before.
 
+Grouped convolutions run packed (``skwgrad.abi.launch.tma_groups_per_tile``): GB consecutive groups
+count as one of CP = GB*C input and KP = GB*K output channels, whose channels are adjacent in x and
+dy, so the same two boxes load them; the tile's product holds the wanted blocks on its diagonal
+(output channel of group j x input channel of group j) and the epilogue stores only those. A dense
+problem is one group (GB = 1, CP = C, KP = K). The boxes start at the packed group's channels.
+
 Split-K over the BK-row blocks (``ks_iters`` per split, ``total_iters`` in all), with the wgrad
 epilogues (``skwgrad.abi.launch.tma_geometry``): ``direct`` (one split) stores dW in its dtype,
 ``atomic`` adds fp32 into dW, ``workspace`` adds fp32 into the zeroed replica at ``ws_ptr`` that
@@ -73,16 +79,6 @@ def _mma_layout(BM, BN, num_warps):
 def _threads_per_warp(BN):
     n = min(32, BN // 8)
     return [32 // n, n]
-
-
-@gluon.jit
-def _tile(m_tiles, tap_groups, c_tiles):
-    """(split, output-channel block, tap group, input-channel block) of this CTA; split-major grid."""
-    pid = gl.program_id(0)
-    tiles = m_tiles * tap_groups * c_tiles
-    tile = pid % tiles
-    rest = tile % (tap_groups * c_tiles)
-    return pid // tiles, tile // (tap_groups * c_tiles), rest // c_tiles, rest % c_tiles
 
 
 @gluon.jit
@@ -152,20 +148,25 @@ def _consumer(a_bufs, b_bufs, ready, empty, n_it, STAGES: gl.constexpr, BM: gl.c
 
 
 @gluon.jit
-def _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-              CB: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """dW[m, tap, c] of the tile (column j: tap t0 + j // CB, channel c0 + j % CB): stored in
-    ``out``'s dtype (direct, one split) or added in fp32 (atomic into dW, workspace into the replica)."""
+def _epilogue(acc, out, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE: gl.constexpr, BM: gl.constexpr,
+              BN: gl.constexpr, CB: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """dW[o, tap, c] of the tile's diagonal blocks (row i: packed output channel mm0 + i; column j:
+    tap t0 + j // CB, packed input channel cc0 + j % CB; a row and a column of one group): stored
+    in ``out``'s dtype (direct, one split) or added in fp32 (atomic into dW, workspace into the
+    replica). dW is [G*K, taps, C]: output channel o = g2*KP + mm holds its group's C channels."""
     # 8 consecutive channels per thread: 16-byte stores (the wgmma layout holds pairs)
     out_layout: gl.constexpr = gl.BlockedLayout([1, 8], _threads_per_warp(BN), [num_warps, 1], [1, 0])
-    offs_m = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, out_layout))
+    mm = mm0 + gl.arange(0, BM, layout=gl.SliceLayout(1, out_layout))
     j = gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
     tap = t0 + j // CB
-    c = c0 + j % CB
-    # C % 8 == 0 (TMA's 16-byte strides): each 8-channel vector is contiguous, aligned, one mask
-    col = gl.max_contiguous(gl.multiple_of(tap * C + c, 8), 8)
-    mask = (offs_m < K)[:, None] & gl.max_constancy((c < C) & (tap < TAPS), 8)[None, :]
-    row = gl.multiple_of(offs_m * (TAPS * C), 8)
+    cc = cc0 + j % CB
+    # C % 8 == 0 (16-byte vectors per group): each 8-channel vector is one group's, contiguous,
+    # aligned, one mask
+    gc = gl.max_constancy(cc // C, 8)
+    col = gl.max_contiguous(gl.multiple_of(tap * C + cc - gc * C, 8), 8)
+    col_ok = gl.max_constancy((cc < CP) & (tap < TAPS), 8)
+    mask = (mm < KP)[:, None] & col_ok[None, :] & ((mm // K)[:, None] == gc[None, :])
+    row = gl.multiple_of((g2 * KP + mm) * (TAPS * C), 8)
     ptr = out + row[:, None] + col[None, :]
     if EPILOGUE == 0:
         gl.store(ptr, gl.convert_layout(acc.to(out.dtype.element_ty), out_layout), mask=mask)
@@ -203,15 +204,19 @@ def _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK: gl.constexpr):
 
 
 @gluon.jit
-def _tile_origin(tile, tap_groups, c_tiles, NT: gl.constexpr, BM: gl.constexpr, CB: gl.constexpr):
-    """(first tap, first output channel, first input channel) of a tile."""
+def _tile_origin(tile, tap_groups, c_tiles, KP, NT: gl.constexpr, BM: gl.constexpr, CB: gl.constexpr):
+    """(first tap, packed group, first output channel and first input channel within that group)
+    of a tile; tiles run packed group, output-channel block, tap group, input-channel block."""
     rest = tile % (tap_groups * c_tiles)
-    return (rest // c_tiles) * NT, (tile // (tap_groups * c_tiles)) * BM, (rest % c_tiles) * CB
+    mt = tile // (tap_groups * c_tiles)
+    m_tiles_pg = (KP + BM - 1) // BM  # output-channel blocks per packed group
+    g2 = mt // m_tiles_pg
+    return (rest // c_tiles) * NT, g2, (mt - g2 * m_tiles_pg) * BM, (rest % c_tiles) * CB
 
 
 @gluon.jit
-def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters, TAPS, X,
-                   dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w,
+def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters, CP, KP, TAPS,
+                   X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w,
                    STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, BM: gl.constexpr, WALK: gl.constexpr):  # fmt: skip
     """The producer warp of a walking CTA (persistent or stream-K): its segments one after the
     other through one ring (a segment's loads start while the MMA warps store the last one)."""
@@ -220,16 +225,16 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
     i = 0
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
-        t0, m0, c0 = _tile_origin(tile, tap_groups, c_tiles, NT, BM, CB)
+        t0, g2, mm0, cc0 = _tile_origin(tile, tap_groups, c_tiles, KP, NT, BM, CB)
         for j in range(n_it):
-            _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (k0 + j) * BK, m0, c0, t0, TAPS, X, dil_h, dil_w,
+            _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (k0 + j) * BK, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, X, dil_h, dil_w,
                         HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, NT)  # fmt: skip
             i += 1
         pos = nxt
 
 
 @gluon.jit
-def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
+def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, KP, CP, TAPS,
                    STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, CB: gl.constexpr, NT: gl.constexpr,
                    EPILOGUE: gl.constexpr, WALK: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """The MMA warps of a walking CTA: per segment, the wgmma chain over its ring slots, then its
@@ -238,21 +243,21 @@ def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters
     i = 0
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
-        t0, m0, c0 = _tile_origin(tile, tap_groups, c_tiles, NT, BM, CB)
+        t0, g2, mm0, cc0 = _tile_origin(tile, tap_groups, c_tiles, KP, NT, BM, CB)
         acc = gl.zeros([BM, BN], gl.float32, layout=_mma_layout(BM, BN, num_warps))
         for j in range(n_it):
             acc = _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, j == 0, STAGES)
             i += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=n_it > 0)  # the segment's last slot
-        _epilogue(acc, out, m0, c0, t0, K, C, TAPS, EPILOGUE, BM, BN, CB, num_warps)
+        _epilogue(acc, out, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE, BM, BN, CB, num_warps)
         pos = nxt
 
 
 @gluon.jit
 def wgrad_tma(
     dy_desc, x_desc, dw, ws_ptr,
-    HoWo, Wo, C, K, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    HoWo, Wo, C, K, CP, KP, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
     m_tiles, c_tiles, ks_iters, total_iters,
     STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, WALK: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
@@ -273,10 +278,10 @@ def wgrad_tma(
         out = ws_ptr if EPILOGUE == 2 else dw
         gl.warp_specialize(
             [
-                (_walk_consumer, (a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, TAPS,
-                                  STAGES, BM, BN, CB, NT, EPILOGUE, WALK, num_warps)),
+                (_walk_consumer, (a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, KP, CP,
+                                  TAPS, STAGES, BM, BN, CB, NT, EPILOGUE, WALK, num_warps)),
                 (_walk_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters,
-                                  TAPS, X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT, BM, WALK)),
+                                  CP, KP, TAPS, X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT, BM, WALK)),
             ],
             [PRODUCER_WARPS],
             [PRODUCER_REGS],
@@ -285,17 +290,17 @@ def wgrad_tma(
             mbarrier.invalidate(ready.index(q))
             mbarrier.invalidate(empty.index(q))
         return
-    split, mt, tg, ct = _tile(m_tiles, (TAPS + NT - 1) // NT, c_tiles)
-    t0 = tg * NT
-    m0 = mt * BM
-    c0 = ct * CB
-    it0 = split * ks_iters
+    tap_groups = (TAPS + NT - 1) // NT
+    tiles = m_tiles * tap_groups * c_tiles
+    pid = gl.program_id(0)  # split-major: unit = split * tiles + tile
+    t0, g2, mm0, cc0 = _tile_origin(pid % tiles, tap_groups, c_tiles, KP, NT, BM, CB)
+    it0 = (pid // tiles) * ks_iters
     n_it = gl.minimum(ks_iters, total_iters - it0)
     acc = gl.warp_specialize(
         [
             (_consumer, (a_bufs, b_bufs, ready, empty, n_it, STAGES, BM, BN, num_warps)),
-            (_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w,
-                         HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT)),
+            (_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, X,
+                         dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT)),
         ],
         [PRODUCER_WARPS],
         [PRODUCER_REGS],
@@ -304,9 +309,9 @@ def wgrad_tma(
         mbarrier.invalidate(ready.index(q))
         mbarrier.invalidate(empty.index(q))
     if EPILOGUE == 2:
-        _epilogue(acc, ws_ptr, m0, c0, t0, K, C, TAPS, EPILOGUE, BM, BN, CB, num_warps)
+        _epilogue(acc, ws_ptr, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE, BM, BN, CB, num_warps)
     else:
-        _epilogue(acc, dw, m0, c0, t0, K, C, TAPS, EPILOGUE, BM, BN, CB, num_warps)
+        _epilogue(acc, dw, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE, BM, BN, CB, num_warps)
 
 
 def shared_layout(rows: int, cols: int, dtype_bits: int = 16) -> str:
