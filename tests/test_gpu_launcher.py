@@ -223,13 +223,13 @@ SHAPES = {
 }
 LONG = "n=8,c=8,k=16,h=32,w=32,y=3,x=3,padding=1"
 # TMA shapes: channels per group multiples of 8; the grouped ones packed 8, 3 and 1 to a tile
-TMA_SHAPES = {
-    "dense": "n=2,c=72,k=80,h=9,w=11,y=3,x=3,padding=1",
-    "strided": "n=3,c=16,k=24,h=13,w=12,y=3,x=3,stride=2,padding=1",
+TMA_SHAPES = {  # 4+ blocks of 64 output positions: every split count of TMA_KINDS has rows
+    "dense": "n=3,c=72,k=80,h=9,w=11,y=3,x=3,padding=1",
+    "strided": "n=7,c=16,k=24,h=13,w=12,y=3,x=3,stride=2,padding=1",
     "dilated": "n=2,c=16,k=8,h=12,w=12,y=3,x=3,dilation=2,padding=2",
-    "grouped_8x8": "n=2,c=256,k=256,g=32,h=7,w=9,y=3,x=3,padding=1",
-    "grouped_16to8": "n=2,c=96,k=48,g=6,h=8,w=8,y=3,x=3,padding=1",
-    "grouped_wide": "n=2,c=160,k=144,g=2,h=6,w=6,y=3,x=3,padding=1",
+    "grouped_8x8": "n=5,c=256,k=256,g=32,h=7,w=9,y=3,x=3,padding=1",
+    "grouped_16to8": "n=5,c=96,k=48,g=6,h=8,w=8,y=3,x=3,padding=1",
+    "grouped_wide": "n=8,c=160,k=144,g=2,h=6,w=6,y=3,x=3,padding=1",
 }  # 3 tiles x 256 iterations: many CTAs per tile
 
 

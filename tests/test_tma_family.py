@@ -420,3 +420,21 @@ def test_a_refused_tensor_map_makes_the_api_choose_again_and_says_why(monkeypatc
     assert plan.spec.family != "wgrad_tma"
     assert "choosing again without it" in caplog.text
     api.clear_plans()
+
+
+def test_the_gpu_suite_launches_every_tma_setting_it_names():
+    """tests/test_gpu_launcher.py's TMA cases, checked here where no GPU runs them: every kernel
+    at every setting has a geometry on every shape (run T1 lost 8 cases to a split count past the
+    rows), and the grouped shapes pack 8, 3 and 1 groups to a tile."""
+    from skwgrad.abi.launch import spec_geometry
+    from test_gpu_launcher import TMA_KINDS, TMA_SHAPES
+
+    for text in TMA_SHAPES.values():
+        p = parse_problem(text)
+        assert not tma_unsupported(p)
+        for spec, settings in TMA_KINDS:
+            for setting in settings:
+                geo = spec_geometry(p, spec, **setting)
+                assert geo.ks_count == setting.get("ks_count", 1) or spec.mode == "streamk"
+    packs = {name: tma_groups_per_tile(parse_problem(TMA_SHAPES[name]), 64, 64) for name in TMA_SHAPES if name.startswith("grouped")}
+    assert packs == {"grouped_8x8": 8, "grouped_16to8": 3, "grouped_wide": 1}
