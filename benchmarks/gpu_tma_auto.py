@@ -34,7 +34,24 @@ def _geo(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True):
+def stage_twins(choice, cache, arch, stages):
+    """The cached kernels of ``choice``'s spec with another ring depth, at its launch setting."""
+    import dataclasses
+
+    from skwgrad.launcher.plan import Kernel
+
+    out = []
+    for n in stages:
+        want = dataclasses.replace(choice.spec, num_stages=n)
+        if want == choice.spec:
+            continue
+        e = next((e for e in cache.find(arch, family="wgrad_tma") if e.spec == want), None)
+        if e is not None:
+            out.append(dataclasses.replace(choice, kernel=Kernel.from_entry(e, cache), predicted_us=None))
+    return out
+
+
+def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=()):
     import numpy as np
 
     from skwgrad.launcher.baseline import cudnn_time
@@ -53,6 +70,8 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
         best = next((c for c in tma_all if c.spec.mode == mode), None)
         if best is not None and best not in tma:
             tma.append(best)
+    if twins:  # the same kernels and settings with deeper (or shallower) rings
+        tma = tma + [t for c in tma for t in stage_twins(c, cache, arch, twins)]
     entrants = {"auto": auto}
     if old is not None:
         entrants["auto_old"] = old
@@ -171,6 +190,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-end-to-end", action="store_true", help="device time only (no host-included calls)")
+    ap.add_argument("--stage-twins", default="", help="comma list of ring depths: time each TMA entrant's cached twins at them too")
     args = ap.parse_args()
     import torch
 
@@ -196,7 +216,8 @@ def main():
                 t0 = time.time()
                 try:
                     res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,
-                                  end_to_end_too=not args.no_end_to_end)
+                                  end_to_end_too=not args.no_end_to_end,
+                                  twins=tuple(int(x) for x in args.stage_twins.split(",") if x))
                 except NoKernelError as e:
                     res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
                 res["corpus"] = Path(corpus).name
