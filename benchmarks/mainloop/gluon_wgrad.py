@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 # (skwgrad/aot/kernels/tma.py, which grew out of this file): runs R2/R3 measured the same code.
 from skwgrad.aot.kernels.tma import _consumer as _ws_consumer
 from skwgrad.aot.kernels.tma import _epilogue as _product_epilogue
-from skwgrad.aot.kernels.tma import _im2col_start, _mma_layout, _tile
+from skwgrad.aot.kernels.tma import _im2col_start, _mma_layout
 from skwgrad.aot.kernels.tma import _producer as _ws_producer
 from skwgrad.aot.kernels.tma import shared_layout
 
@@ -45,6 +45,17 @@ def _issue(dy_desc, x_desc, bar, a_buf, b_buf, it, m0, c0, off_h, off_w, HoWo, W
     mbarrier.expect(bar, dy_desc.block_type.nbytes + x_desc.block_type.nbytes)
     tma.async_load(dy_desc, [r0, m0], bar, a_buf)
     tma.async_load_im2col(x_desc, [n, h, w, c0], [off_h, off_w], bar, b_buf)
+
+
+@gluon.jit
+def _tile(m_tiles, tap_groups, c_tiles):
+    """(split, output-channel block, tap group, input-channel block) of this CTA; split-major grid
+    (the harness's kernels launch one CTA per split of a tile; the product walks instead)."""
+    pid = gl.program_id(0)
+    tiles = m_tiles * tap_groups * c_tiles
+    tile = pid % tiles
+    rest = tile % (tap_groups * c_tiles)
+    return pid // tiles, tile // (tap_groups * c_tiles), rest // c_tiles, rest % c_tiles
 
 
 @gluon.jit
@@ -103,7 +114,8 @@ def wgrad_im2col(
 def _epilogue(acc, dw, m0, c0, t0, K, C, TAPS, DIRECT: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
               CB: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
     """dW stored in its dtype (DIRECT, one split) or added in fp32: the product's epilogue 0 / 1."""
-    _product_epilogue(acc, dw, m0, c0, t0, K, C, TAPS, 0 if DIRECT else 1, BM, BN, CB, num_warps)
+    # one group: packed group 0, the group's channels are all of K and C
+    _product_epilogue(acc, dw, 0, m0, c0, t0, K, C, K, C, TAPS, 0 if DIRECT else 1, BM, BN, CB, num_warps)
 
 
 @gluon.jit
