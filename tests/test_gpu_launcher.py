@@ -584,6 +584,33 @@ def test_run_from_cache_rows_with_cudnn_baseline(backend, kset):
     assert all(r.get("cudnn_us", 0) > 0 and r["ratio"] > 0 for r in rows), [r.get("cudnn_note") for r in rows]
 
 
+def test_the_cudnn_baseline_runs_in_benchmark_mode_and_restores_the_callers_settings(backend, monkeypatch):
+    """Every skwgrad ratio is against cuDNN's fastest algorithm (benchmark mode), whatever the
+    caller set; ``benchmark=None`` times what the caller's own settings run. Both leave them as found."""
+    import torch
+
+    from skwgrad.abi.conv import parse_problem as pp
+    from skwgrad.launcher import baseline
+
+    seen = []
+    real = baseline._time_cudnn
+
+    def spy(*a):
+        seen.append((torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32))
+        return real(*a)
+
+    monkeypatch.setattr(baseline, "_time_cudnn", spy)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    p = pp(SHAPES["dense"])
+    us, note = baseline.cudnn_time(p, backend, warmup=2, iters=5)
+    assert us and us > 0, note
+    us, note = baseline.cudnn_time(p, backend, warmup=2, iters=5, benchmark=None)
+    assert us and us > 0, note
+    assert seen == [(True, False), (False, False)]  # a 16-bit problem: tf32 off while timing
+    assert torch.backends.cudnn.benchmark is False and torch.backends.cudnn.allow_tf32 is True
+
+
 # ---------------------------------------------------------------------------------------------
 # Channel padding
 # ---------------------------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def _tune_first_use(problem: ConvProblem, options: LaunchOptions, cache, be, str
         return  # tuning synchronises the device: never inside a capture
     from skwgrad.launcher.baseline import cudnn_time, stream_hold
 
-    native_us, _ = cudnn_time(problem, be, warmup=3, iters=10) if be.name in ("cuda", "hip") else (None, "")
+    # the native op as the caller's own settings run it (benchmark mode or not): the op falls back to that one
+    native_us, _ = cudnn_time(problem, be, warmup=3, iters=10, benchmark=None) if be.name in ("cuda", "hip") else (None, "")
     # the model's best few, timed as the native op is (device time: the stream held while queueing)
     hold = stream_hold() if be.binary_kind == "cubin" else None
     rows = tune_problem(problem, be, cache, warmup=3, iters=10, native_us=native_us, hold=hold, top=TUNE_TOP)

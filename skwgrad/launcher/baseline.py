@@ -21,9 +21,14 @@ def stream_hold():
     return hold
 
 
-def cudnn_time(problem, backend, *, warmup=5, iters=50, seed=0) -> tuple[float | None, str]:
+def cudnn_time(problem, backend, *, warmup=5, iters=50, seed=0, benchmark: bool | None = True) -> tuple[float | None, str]:
     """Median microseconds of PyTorch's weight gradient (cuDNN / MIOpen) on channels-last
-    inputs: ``aten.convolution_backward(..., output_mask=[False, True, False])``."""
+    inputs: ``aten.convolution_backward(..., output_mask=[False, True, False])``.
+
+    ``benchmark``: cuDNN's benchmark mode for the timing (True, the default: the library's fastest
+    algorithm, the baseline every skwgrad ratio is against; without it cuDNN's heuristic pick ran
+    some 7x7 layers 25-35x slower, H200 run T4); None keeps the caller's setting (what the caller's
+    own native op would run)."""
     try:
         import torch
     except ImportError:
@@ -51,12 +56,14 @@ def cudnn_time(problem, backend, *, warmup=5, iters=50, seed=0) -> tuple[float |
 
     stream = torch.cuda.current_stream(dev)
     # cuDNN computes fp32 convolutions in tf32 unless told not to: match the problem's precision.
-    tf32_before = torch.backends.cudnn.allow_tf32
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
     torch.backends.cudnn.allow_tf32 = p.precision == "tf32"
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark
     try:
         times = _time_cudnn(torch, dev, stream, run, warmup, iters)
     finally:
-        torch.backends.cudnn.allow_tf32 = tf32_before
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = before
     us = sorted(a.elapsed_time(b) * 1e3 for a, b in times)
     return us[len(us) // 2], ""
 
