@@ -494,3 +494,29 @@ def test_splitk_workspace_class_constant_is_the_stream_k_workspace_prior():
     old.update(version=M.MODEL_VERSION - 1, terms=list(M.TERMS[:-1]), constants=old["constants"][:-1])
     with pytest.raises(ProblemError, match=f"version {M.MODEL_VERSION}"):
         M.CostModel.from_json(json.dumps(old))
+
+
+def test_a_grouped_tma_tile_stores_only_its_diagonal_blocks():
+    """A wgrad_tma tile packing GB groups stores (or adds) GB diagonal blocks, 1/GB of the tile:
+    its epilogue and atomic terms are those of a dense problem with the same tiles and grid, / GB."""
+    from skwgrad.abi.launch import tma_geometry, tma_groups_per_tile
+
+    grouped = parse_problem("n=16,c=256,k=256,g=32,h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32")  # 8 channels a group
+    for bm, bn, block, warps in ((64, 64, 1, 4), (64, 256, 4, 4), (128, 128, 1, 8)):
+        gb = tma_groups_per_tile(grouped, bm, bn // block)
+        assert gb > 1
+        # the dense problem of the same packed tiles: G/GB groups of GB*C channels are one tile each
+        dense = parse_problem(f"n=16,c={8 * gb},k={8 * gb},h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32")
+        s = KernelSpec("wgrad_tma", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=bm, bn=bn, bk=64, num_warps=warps,
+                       num_stages=4, block=block)  # fmt: skip
+        tg = tma_geometry(grouped, "atomic", bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=4)
+        td = tma_geometry(dense, "atomic", bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=4)
+        # same tiles per group, G / GB = 32 / GB as many groups: compare per launch of equal grid
+        assert tg.grid == td.grid * (32 // gb)
+        a = M.terms(grouped, s, tg, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+        b = M.terms(dense, s, td, arch="sm_90", compute_units=132, occupancy=1).as_dict()
+        # per tile, per CTA: the grouped launch has 32/GB times the CTAs, each storing 1/GB of a tile
+        scale = (32 // gb) / gb
+        assert a["fixup_atomic"] == pytest.approx(b["fixup_atomic"] * scale)
+        waves = math.ceil(tg.grid / 132) / math.ceil(td.grid / 132)
+        assert a["epilogue"] == pytest.approx(b["epilogue"] * waves / gb)
