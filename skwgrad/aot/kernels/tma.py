@@ -75,12 +75,6 @@ def _mma_layout(BM, BN, num_warps):
     )
 
 
-@gluon.constexpr_function
-def _threads_per_warp(BN):
-    n = min(32, BN // 8)
-    return [32 // n, n]
-
-
 @gluon.jit
 def _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w):
     """The im2col coordinate [n, h, w] of reduction row r0 = (n, ho, wo): where its window starts."""
@@ -154,8 +148,10 @@ def _epilogue(acc, out, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE: gl.const
     tap t0 + j // CB, packed input channel cc0 + j % CB; a row and a column of one group): stored
     in ``out``'s dtype (direct, one split) or added in fp32 (atomic into dW, workspace into the
     replica). dW is [G*K, taps, C]: output channel o = g2*KP + mm holds its group's C channels."""
-    # 8 consecutive channels per thread: 16-byte stores (the wgmma layout holds pairs)
-    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], _threads_per_warp(BN), [num_warps, 1], [1, 0])
+    # Stored from the wgmma layout itself (each thread: pairs of channels, a warp's store 8 rows x
+    # 4 pairs): no round trip through shared memory and no CTA barriers between the loop and the
+    # stores, which a blocked layout of 16-byte vectors costs in rounds of a scratch buffer.
+    out_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
     mm = mm0 + gl.arange(0, BM, layout=gl.SliceLayout(1, out_layout))
     j = gl.arange(0, BN, layout=gl.SliceLayout(0, out_layout))
     tap = t0 + j // CB
@@ -169,9 +165,9 @@ def _epilogue(acc, out, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE: gl.const
     row = gl.multiple_of((g2 * KP + mm) * (TAPS * C), 8)
     ptr = out + row[:, None] + col[None, :]
     if EPILOGUE == 0:
-        gl.store(ptr, gl.convert_layout(acc.to(out.dtype.element_ty), out_layout), mask=mask)
+        gl.store(ptr, acc.to(out.dtype.element_ty), mask=mask)
     else:
-        gl.atomic_add(ptr, gl.convert_layout(acc, out_layout), mask=mask, sem="relaxed")
+        gl.atomic_add(ptr, acc, mask=mask, sem="relaxed")
 
 
 @gluon.jit
