@@ -5,6 +5,10 @@
 # TMA kernel (benchmarks/shapes/ab_tma_epilogue_t52.csv), first on T4's cache (old epilogue), then on
 # a cache built at this commit; the model and so the candidates are the same. Every timed launch
 # verified against float64 (dW poisoned). Then the GPU suite's TMA cases, time-boxed.
+# What happened (recorded after the run): the old half timed nothing (a cache of other kernel sources
+# is never served: T4's numbers for the same launches stood in, cuDNN-normalised), and the GPU suite
+# needs SKWGRAD_CACHE with its kernels built on the build machine (the device compiles none), so its
+# fixture failed in 2 s; the 12 rows' launches were all verified against float64.
 # Carried: .whl, .device/t4.tar.xz, .device/t7.tar.xz (`compile-all --preset default --arch sm_90 --corpus` the subset).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null || exit 1

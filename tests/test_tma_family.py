@@ -329,6 +329,7 @@ def compiled():
     from skwgrad.aot.compile import compile_spec
 
     out = {v: compile_spec(tma_spec(v, bn=128, taps=2), "sm_90", keep_asm=True) for v in ("direct", "workspace")}
+    out["direct_fp32"] = compile_spec(tma_spec("direct", dw="fp32", bn=128, taps=2), "sm_90", keep_asm=True)
     out["persistent_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, mode="persistent"), "sm_90", keep_asm=True)
     out["streamk_workspace"] = compile_spec(tma_spec("workspace", bn=128, taps=2, mode="streamk"), "sm_90", keep_asm=True)
     return out
@@ -347,7 +348,7 @@ def _sass(cubin: bytes) -> str:
         return subprocess.run([str(tool), "-sass", str(f)], capture_output=True, text=True, timeout=120, check=True).stdout
 
 
-@pytest.mark.parametrize("variant", ["direct", "workspace", "persistent_atomic", "streamk_workspace"])
+@pytest.mark.parametrize("variant", ["direct", "direct_fp32", "workspace", "persistent_atomic", "streamk_workspace"])
 def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launcher_reads(compiled, variant):
     from skwgrad.abi.codeobject import cubin_params
 
@@ -361,11 +362,15 @@ def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launc
     assert all("tnspA.tnspB" in line for line in re.findall(r"HGMMA[^;]*", sass)) and "HGMMA" in sass
     assert len(re.findall(r"UTMALDG\.4D\.IM2COL", sass)) >= 2  # one im2col load per tap of the tile
     assert not re.search(r"\b(LDL|STL)\b", sass)
-    # the epilogue stores from the wgmma layout (pairs of channels): no shared-memory round trip
-    assert ("STG.E" in sass) if variant == "direct" else ("REDG.E.ADD.F32x2" in sass)
-    # shared-memory accesses other than TMA / wgmma: only the warp partitions' bookkeeping (3-7),
-    # where a round trip of the tile through a scratch buffer adds dozens
-    assert len(re.findall(r"\b(STS|LDS)", sass)) <= 8, "the epilogue went through shared memory"
+    # shared-memory accesses other than TMA / wgmma: the warp partitions' bookkeeping (3-7), and a
+    # round trip of the tile through a scratch buffer (dozens) only where it buys 16-byte stores
+    round_trip = len(re.findall(r"\b(STS|LDS)", sass)) > 8
+    if variant == "direct":  # a bf16 dW: 8 channels a thread, 16-byte stores
+        assert ck.spec.dw_dtype == "bf16" and "STG.E.128" in sass and round_trip
+    elif variant == "direct_fp32":  # an fp32 dW: the wgmma layout's pairs, 8-byte stores from the registers
+        assert "STG.E.64" in sass and not round_trip, "the fp32 epilogue went through shared memory"
+    else:  # fp32 adds, likewise
+        assert "REDG.E.ADD.F32x2" in sass and not round_trip, "the fp32 epilogue went through shared memory"
     if variant == "streamk_workspace":
         assert ck.metadata["kernarg"]["offsets"][0] == 48
 
