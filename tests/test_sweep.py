@@ -203,8 +203,12 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
                 want = ({3: "win7r3s2", 5: "win7s2", 7: "win7s2"}.get(s.bn), 32 if get_arch(arch).wave_size == 32 else 64)
             else:  # stride 1 (H200 run D4): 5x5 every tap row in a CTA at 16 strips, 7x7 at 32
                 want = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}.get(s.bn, (None, 0))
+            # 16 channels per CTA on wave32 (32 on wave64: one 16-byte vector per thread per strip),
+            # but 32 for the wave32 7x7 stride-1 kernel (H200 runs U3 and U4: 8 channels a thread)
+            wave = get_arch(arch).wave_size
+            channels = 32 if wave == 64 or s.mode == "win7" else 16
             return (s.vec_c == w and (s.mode, s.bk) == want and s.variant == split and s.spatial_dims == 2
-                    and s.bm == 16 * get_arch(arch).wave_size // 32)  # fmt: skip
+                    and s.bm == channels)  # fmt: skip
         shape_ok = (s.spatial_dims == 2 and s.vec_c in (1, w)) or (s.spatial_dims == 3 and s.vec_c == w and s.bn == 32)
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")

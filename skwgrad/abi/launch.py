@@ -171,9 +171,10 @@ DWCONV_WIN_SEARCH_CTAS_PER_CU = (1, 2, 4, 8)
 DWCONV_WIN_CTA_COST = 8000  # a CTA's fixed cost (setup, first loads, epilogue): ~2 steps of 3x3
 DWCONV_WIN_ATOMIC_COST = 3  # one split's atomic add of one dW element, serialized per element
 # CTAs per CU of the default window kernels, by (TR, SW) of the mode: 65536 registers / (128 threads
-# x the sm_90 bf16 build's registers: win7r3 180 -> 2, win7r3s2 168 -> 3, win7r5 128 -> 4, win7 96
-# -> 5, win7s2 95-107 -> 4). A kernel the table does not name: DWCONV_WIN_CTAS_PER_CU.
-DWCONV_WIN_RESIDENT = {(3, 1): 2, (3, 2): 3, (5, 1): 4, (1, 1): 5, (1, 2): 4}
+# x the sm_90 bf16 build's registers: win7r3 180 -> 2, win7r3s2 168 -> 3, win7r5 128 -> 4, win7 at
+# 32 channels (sweep.DWCONV_WINDOW_BC_WAVE32) 168 -> 3, win7s2 95-107 -> 4). A kernel the table does
+# not name: DWCONV_WIN_CTAS_PER_CU. On the GPU the device's occupancy query replaces the table.
+DWCONV_WIN_RESIDENT = {(3, 1): 2, (3, 2): 3, (5, 1): 4, (1, 1): 3, (1, 2): 4}
 
 
 class DwWindow(NamedTuple):

@@ -753,6 +753,13 @@ DWCONV_WINDOW_STRIDED = {3: ("win7r3s2", 64), 5: ("win7s2", 64), 7: ("win7s2", 6
 # its 16-byte channel-vector loads (tests/test_depthwise_compile.py), and no AMD GPU measured it.
 DWCONV_STRIDED_BR_WAVE32 = 32
 DWCONV_WINDOW_DILATED = {3: ("win7r3d2", 64)}
+# Channels per CTA of a window kernel on wave32 where it is not 16: the 7x7 stride-1 kernel (32
+# strips) takes 32, so each thread holds one 16-byte vector (8 channels) per strip instead of 4
+# channels in 8 bytes: per product, 2.14 instructions instead of 2.57 (sm_90 SASS, bf16), 168
+# registers instead of 96. H200 run U3 (benchmarks/dw_mma_proto.py window, 6 stride-1 7x7 rows,
+# best of 5 split degrees each): 1.05x geomean, 0.97-1.28x (96ch 56px N=64: 105 us against 135,
+# cuDNN 124). The strided and 3x3 / 5x5 kernels stay at 16 (U3: 0.89-1.16x, no consistent gain).
+DWCONV_WINDOW_BC_WAVE32 = {"win7": 32}
 
 
 def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, strided=False, dilated=False) -> list[KernelSpec]:
@@ -768,10 +775,12 @@ def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, str
     for x, (mode, bp) in configs:
         if dims == 3 and x != 3:
             continue
-        if dwconv_window(mode).sw > 1 and ARCHES[arch].wave_size == 32:
-            bp = DWCONV_STRIDED_BR_WAVE32
+        channels = bc
+        if ARCHES[arch].wave_size == 32:
+            bp = DWCONV_STRIDED_BR_WAVE32 if dwconv_window(mode).sw > 1 else bp
+            channels = DWCONV_WINDOW_BC_WAVE32.get(mode, bc)
         for variant in variants:
-            out.append(_dwconv_spec(variant, dtype, dw, x, (bc, bp, 4), dims=dims, vec=W, mode=mode))
+            out.append(_dwconv_spec(variant, dtype, dw, x, (channels, bp, 4), dims=dims, vec=W, mode=mode))
     return out
 
 
