@@ -174,6 +174,26 @@ def load_rows(files: dict[str, str], labels: set[str], log=print) -> list[Row]:
     return rows
 
 
+def load_ks_sweep(path: str, set_name: str, bc: int = 32) -> list[Row]:
+    """Rows of a ``dw_mma_proto.py ks`` file (run U5): the 7x7 stride-1 window kernel at ``bc``
+    channels per CTA, every split degree timed (atomic epilogue into an fp32 dW)."""
+    d = read_json(path)
+    rows = []
+    for r in d["rows"]:
+        q = r["problem"]
+        p = parse_problem(f"n={q['n']},c={q['groups']},k={q['groups']},g={q['groups']},h={q['h']},w={q['w']},y=7,x=7,padding=3,"
+                          f"dtype={q['dtype']},dw_dtype={q['dw_dtype']}")
+        spec = {"bm": bc, "bn": 7, "bk": 32, "mode": "win7"}
+        times = {}
+        for x in r["launches"]:
+            if x["bc"] == bc and x["ok"]:
+                geo = dwconv_geometry(p, "atomic", bc=bc, taps=7, br=32, ks_count=x["ks"], mode="win7")
+                if geo.ks_iters not in times or x["us"] < times[geo.ks_iters][1]:
+                    times[geo.ks_iters] = (geo.ks_count, x["us"])
+        rows.append(Row(set_name, r["name"], p, spec, times, f"dwconv_{q['dtype']}_2d_v8_c{bc}t7r32_w4s1_win7_atomic"))
+    return rows
+
+
 # -- rules -------------------------------------------------------------------------------------
 # A rule: (row, params) -> requested ks_count. Each comes with a grid of its constants.
 
@@ -229,16 +249,26 @@ def model_cost(row: Row, iters: int, resident: int, a: float, c: float) -> float
     return waves * (a + iters * products_per_step(row)) + c * ks * tile_elements(row)
 
 
-def make_model_rule(resident_fn):
+def model_cost_sat(row: Row, iters: int, resident: int, a: float, c: float, sat: float) -> float:
+    """``model_cost`` with an SM's speed: it runs m = ceil(ks x tiles / CUS) CTAs, in
+    ceil(m / resident) waves if fewer than ``sat`` co-resident CTAs already fill its issue slots
+    (latency-bound: a CTA's time whatever its neighbours), else m / sat CTA-times (issue-bound: CTAs
+    share the SM). sat >= resident is ``model_cost``."""
+    ks = math.ceil(row.steps / iters)
+    m = math.ceil(ks * row.tiles / CUS)
+    per_cta = a + iters * products_per_step(row)
+    return max(math.ceil(m / resident), m / sat) * per_cta + c * ks * tile_elements(row)
+
+
+def make_model_rule(resident_fn, cost=None):
     def rule(row: Row, prm) -> int:
         if not row.win.bw:
             return row.rule_ks()
-        a, c = prm
         best = None
         for cpc in SEARCH_CTAS_PER_CU:
             ks = row.rule_ks(cpc)
             it = row.iters_for(ks)
-            t = model_cost(row, it, resident_fn(row), a, c)
+            t = cost(row, it, resident_fn(row), *prm) if cost else model_cost(row, it, resident_fn(row), *prm)
             if best is None or t < best[0] - 1e-9:
                 best = (t, ks)
         return best[1]
@@ -265,6 +295,9 @@ RULES = {
     # the shipped form: residency by the mode's (TR, SW), from the sm_90 default's registers
     "model_Rmode": (make_model_rule(lambda r: launch.DWCONV_WIN_RESIDENT.get((r.win.tr, r.win.sw), 2)), MODEL_GRID),
     "shipped_constants": (rule_shipped, [None]),  # not refit per fold: its A, C saw every set
+    # model_Rmode with the SM's issue-bound speed (model_cost_sat): sat co-resident CTAs fill an SM
+    "model_sat": (make_model_rule(lambda r: launch.DWCONV_WIN_RESIDENT.get((r.win.tr, r.win.sw), 2), model_cost_sat),
+                  [(a, c, sat) for a, c in MODEL_GRID for sat in (1, 1.5, 2, 3, 99)]),
 }
 
 
@@ -347,6 +380,8 @@ def main():
     ap.add_argument("--window-only", action="store_true", help="score window-kernel rows only")
     ap.add_argument("--regs", help="file of (label, regs, shared, threads) tuples: adds the model at the kernels' own residency")
     ap.add_argument("--compile-regs", metavar="FILE", help="write that file (compiles 24 kernels) and exit")
+    ap.add_argument("--ks-sweep", action="append", default=[], metavar="SET=FILE",
+                    help="add the rows of a dw_mma_proto.py ks file (run U5) as shape set SET")
     args = ap.parse_args()
     if args.compile_regs:
         compile_regs(args.compile_regs)
@@ -359,6 +394,10 @@ def main():
         RULES["model_Rregs"] = (make_model_rule(resident_true), MODEL_GRID)
     labels = default_labels()
     rows = load_rows(SETS, labels)
+    for spec in args.ks_sweep:
+        name, path = spec.split("=", 1)
+        rows += load_ks_sweep(path, name)
+        SETS[name] = path
     if args.window_only:
         rows = [r for r in rows if r.win.bw]
     sets = list(SETS)

@@ -345,9 +345,57 @@ def bench_window(args):
     json.dump(dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(), rows=rows), open(args.out, "w"), indent=1)
 
 
+def bench_ks(args):
+    """Every split degree (1-24 CTAs per SM, deduplicated by the launch they resolve to) of the 7x7
+    stride-1 window kernel at 16 and 32 channels per CTA, on the rows of ``--csv`` files: the data a
+    split rule is judged on (the product's rule is evaluated offline from these rows)."""
+    import csv
+
+    dev = "cuda"
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    for path in args.csv:
+        for r in csv.DictReader(open(path)):
+            N, G, H, K = int(r["n"]), int(r["groups"]), int(r["h"]), int(r["y"])
+            pad, dil = (K // 2, K // 2), (1, 1)
+            dt = dict(bf16=torch.bfloat16, fp16=torch.float16)[r["dtype"]]
+            x, dy = make(N, G, H, H, K, K, pad, dil, 1, dt, dev)
+            ref = reference(x, dy, K, K, pad, dil, 1)
+            xt, dyt = x.permute(0, 3, 1, 2), dy.permute(0, 3, 1, 2)
+            w = torch.empty(G, 1, K, K, dtype=dt, device=dev).to(memory_format=torch.channels_last)
+            cu = timeit(lambda: torch.ops.aten.convolution_backward(dyt, xt, w, None, (1, 1), pad, dil, False, (0, 0), G, [False, True, False])[1])
+            out = torch.empty(G, K, K, dtype=torch.float32, device=dev)
+            Wo = H
+            steps = triton.cdiv(N * H * triton.cdiv(Wo, 7), 32)
+            res = []
+            for bc in (16, 32):
+                cfg = ("win7", bc, 32, 4)
+                tiles = triton.cdiv(G, bc) * K
+                seen = set()
+                for per_sm in (1, 2, 3, 4, 6, 8, 12, 16, 24):
+                    ks = max(1, min(steps, round(per_sm * 132 / tiles)))
+                    iters = triton.cdiv(steps, ks)
+                    if iters in seen:
+                        continue
+                    seen.add(iters)
+                    out.fill_(float("nan"))  # poison, then the atomic kernel's zeroed dW
+                    out.zero_()
+                    launch_window(x, dy, out, K, K, pad, ks, 1, cfg)
+                    torch.cuda.synchronize()
+                    e = rel(out, ref)
+                    t = timeit(lambda: (out.zero_(), launch_window(x, dy, out, K, K, pad, ks, 1, cfg)))
+                    res.append(dict(bc=bc, ks=ks, iters=iters, splits=triton.cdiv(steps, iters), us=t, rel_err=e, ok=e < 1e-4))
+            rows.append(dict(name=r["name"], problem=r, cudnn_us=cu, steps=steps, launches=res))
+            best = {bc: min((q for q in res if q["bc"] == bc and q["ok"]), key=lambda q: q["us"]) for bc in (16, 32)}
+            print(r["name"], "cudnn", round(cu, 1), {bc: (q["ks"], round(q["us"], 1)) for bc, q in best.items()},
+                  "wrong" if not all(q["ok"] for q in res) else "", flush=True)
+    json.dump(dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(), rows=rows), open(args.out, "w"), indent=1)
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("cmd")
     p.add_argument("--out", default="dw_mma.json")
+    p.add_argument("--csv", action="append", default=[])
     a = p.parse_args()
-    {"check": lambda: check(), "bench": lambda: bench(a), "window": lambda: bench_window(a)}[a.cmd]()
+    {"check": lambda: check(), "bench": lambda: bench(a), "window": lambda: bench_window(a), "ks": lambda: bench_ks(a)}[a.cmd]()
