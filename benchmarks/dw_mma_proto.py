@@ -1,13 +1,22 @@
-"""Prototype: depthwise wgrad on the matrix units, timed against cuDNN (benchmark mode) on the GPU.
+"""Depthwise wgrad studies on the GPU, each kernel JIT-compiled there and timed in CUDA graphs
+beside cuDNN (benchmark mode), every launch checked against float64 with dW poisoned:
 
-Per channel c, 2-D, stride 1 along H:
+  bench   (run U2) the matrix-unit prototype ``dw_mma_kernel`` below against the product's window
+          kernel: 2.0-3.7x slower on every row, not pursued (benchmarks/RESULTS.md, session 16);
+  window  (run U3) window-kernel configurations (channels per CTA, strips, warps) at their best
+          split degree;
+  ks      (run U5) every split degree of the 7x7 window kernel at 16 and 32 channels on the rows
+          of ``--csv`` files: what ``analyze_dwconv_ks.py --ks-sweep`` scores split rules on.
+
+The prototype: per channel c, 2-D, stride 1 along H,
     dW[c, ky, kx] = sum over (n, hx, wo) of  x[n, hx, wo*sw - pw + kx*dw, c] * dy[n, hx + ph - ky*dh, wo, c]
 with hx the x row. Over the reduction index k = (n, hx, q), wo = R*q + r (r < R), this is a GEMM per
 channel of A[(r, kx), k] = x[n, hx, (R*q + r)*sw - pw + kx*dw] (M = R*KX <= 16) and
 B[k, (r', ky)] = dy[n, hx + ph - ky*dh, R*q + r'] (N = R*KY <= 16): the dW taps are the diagonal
 blocks r == r' summed over r. One 3-D tl.dot per step over a block of BC channels.
-Run: TRITON_INTERPRET=1 python benchmarks/dw_mma_proto.py check   (CPU, tiny shapes)
-     python benchmarks/dw_mma_proto.py bench --out F.json            (GPU)
+Run: TRITON_INTERPRET=1 python benchmarks/dw_mma_proto.py check   (CPU, tiny shapes, both kernels)
+     python benchmarks/dw_mma_proto.py bench|window --out F.json
+     python benchmarks/dw_mma_proto.py ks --csv SHAPES.csv --out F.json
 """
 
 from __future__ import annotations
