@@ -105,6 +105,9 @@ def launch_window(x, dy, dw32, KY, KX, pad, ks, stride=1, cfg=None):
     ``cfg`` = (mode, BC, BP, warps), default the shipped one (sweep.DWCONV_WINDOW, 16 channels, 4 warps)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from skwgrad.abi.arch import get_arch
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.abi.kernargs import declaration
+    from skwgrad.abi.launch import dwconv_geometry
     from skwgrad.aot.kernels import depthwise
     from skwgrad.aot.sweep import DWCONV_WINDOW, _dwconv_spec
 
@@ -115,14 +118,12 @@ def launch_window(x, dy, dw32, KY, KX, pad, ks, stride=1, cfg=None):
     spec = _dwconv_spec("atomic", "bf16", "fp32", KX, (bc, bp, warps), vec=8, mode=mode)
     consts = depthwise.constexprs(spec, get_arch("sm_90"))
     N, Hi, Wi, G = x.shape
-    _, Ho, Wo, _ = dy.shape
-    bw, tr = consts["WIN"], consts["WIN_ROWS"]
-    strips = N * Ho * triton.cdiv(Wo, bw)
-    steps = triton.cdiv(strips, bp)
-    ks_iters = triton.cdiv(steps, ks)
-    grid = (triton.cdiv(G, bc) * triton.cdiv(KY, tr) * triton.cdiv(steps, ks_iters),)
-    depthwise.dwconv_wgrad[grid](dy, x, dw32, N, G, 1, 1, 1, Hi, Wi, 1, KY, KX, 1, Ho, Wo, 1, stride, stride, 0, pad[0], pad[1],
-                                 1, 1, 1, dw32, 0, ks_iters, ks, num_warps=warps, num_stages=1, **consts)
+    # grid, split and every scalar kernarg from the product's geometry (skwgrad.abi.launch), not re-derived
+    problem = parse_problem(f"n={N},c={G},k={G},g={G},h={Hi},w={Wi},y={KY},x={KX},padding={pad[0]},stride={stride},dtype=bf16,dw_dtype=fp32")
+    geo = dwconv_geometry(problem, "atomic", bc=bc, taps=KX, br=bp, ks_count=ks, mode=mode)
+    given = {"dy": dy, "x": x, "dw": dw32, "ws_ptr": dw32, "ws_bytes": 0}  # atomic: no workspace, ws_* unused
+    args = [geo.scalars[n] if n in geo.scalars else given[n] for n in declaration("dwconv", "atomic").source_names]
+    depthwise.dwconv_wgrad[(geo.grid,)](*args, num_warps=warps, num_stages=1, **consts)
 
 
 def reference(x, dy, KY, KX, pad, dil, sw, sh=1):
