@@ -7,6 +7,8 @@ Per dense or grouped 16-bit row the cache serves, in one process on one device, 
 - ``auto``: ``choose`` (no tuned records), the shipped selection, TMA kernels included;
 - ``auto_old``: the best-ranked candidate of the other families (what auto picked before them);
 - ``tma_best``: the fastest of the ``--top`` TMA candidates the model ranks first (best-of);
+- ``old1``..: the next ``--top-old`` - 1 candidates of the other families by rank, so the best
+  measured launch of a row (``best_us``, what a tuner among these would keep) is not only TMA's;
 - cuDNN (``aten.convolution_backward``, channels last, benchmark mode);
 and the user's call end to end: ``plan(x, dy)`` on torch tensors, host included, for ``auto``.
 Every timed launch is checked first against the float64 reference, dW poisoned (0xFF) before it,
@@ -51,7 +53,7 @@ def stage_twins(choice, cache, arch, stages):
     return out
 
 
-def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=()):
+def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=(), top_old=1):
     import numpy as np
 
     from skwgrad.launcher.baseline import cudnn_time
@@ -63,7 +65,8 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
     arch, cus = backend.arch, backend.compute_units
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     ranked = rank_choices(p, cache, arch=arch, cus=cus, options=LaunchOptions(), occupancy=occ).choices
-    old = next((c for c in ranked if c.spec.family != "wgrad_tma"), None)
+    olds = [c for c in ranked if c.spec.family != "wgrad_tma"][: max(1, top_old)]
+    old = olds[0] if olds else None
     tma_all = [c for c in ranked if c.spec.family == "wgrad_tma"]
     tma = tma_all[:top]
     for mode in ("", "persistent", "streamk"):  # and the best-ranked launch of each TMA mode, for the fit
@@ -75,6 +78,8 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
     entrants = {"auto": auto}
     if old is not None:
         entrants["auto_old"] = old
+    for i, c in enumerate(olds[1:], start=1):
+        entrants[f"old{i}"] = c
     for i, c in enumerate(tma):
         entrants[f"tma{i}"] = c
     ident = lambda c: (c.kernel.key, c.pool, c.ks_count, c.padding is not None)  # noqa: E731
@@ -124,6 +129,8 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
     tma_times = [t(k) for k in r if k.startswith("tma") and t(k)]
     out["auto_us"], out["auto_old_us"] = t("auto"), t("auto_old")
     out["tma_best_us"] = min(tma_times) if tma_times else None
+    all_times = [t(k) for k in r if t(k)]
+    out["best_us"] = min(all_times) if all_times else None
     out["all_ok"] = all(x.get("ok") for x in r.values())
     return out
 
@@ -186,6 +193,7 @@ def main():
     ap.add_argument("--corpus", action="append", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--top", type=int, default=4)
+    ap.add_argument("--top-old", type=int, default=1, help="time the N best-ranked candidates of the other families (auto_old, old1..)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
@@ -217,7 +225,7 @@ def main():
                 try:
                     res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,
                                   end_to_end_too=not args.no_end_to_end,
-                                  twins=tuple(int(x) for x in args.stage_twins.split(",") if x))
+                                  twins=tuple(int(x) for x in args.stage_twins.split(",") if x), top_old=args.top_old)
                 except NoKernelError as e:
                     res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
                 res["corpus"] = Path(corpus).name
@@ -237,6 +245,8 @@ def main():
         "auto_vs_cudnn": ratio("cudnn_us", "auto_us"), "auto_old_vs_cudnn": ratio("cudnn_us", "auto_old_us"),
         "auto_speedup_over_old": ratio("auto_old_us", "auto_us"), "best_of_vs_cudnn": _geo(
             [r["cudnn_us"] / min(x for x in (r["auto_us"], r.get("auto_old_us"), r.get("tma_best_us")) if x) for r in rows]),
+        "auto_within_5pct_of_best": sum(1 for r in rows if r.get("best_us") and r["auto_us"] <= 1.05 * r["best_us"]),
+        "auto_over_best": _geo([r["auto_us"] / r["best_us"] for r in rows if r.get("best_us")]),
         "auto_takes_tma": sum(1 for r in rows if r["rows"]["auto"]["family"] == "wgrad_tma"),
         **{f"end_to_end_{k}_vs_torch": _geo([r["host"]["torch_wall_us"] / r["host"][f"{k}_wall_us"] for r in rows if r.get("host")])
            for k in ("api", "api_alternating", "op")},
