@@ -595,6 +595,45 @@ def test_verify_mode_passes_a_right_result(fake_gpu):
     assert st.stats()["skwgrad"] == 1
 
 
+class _NoGraphLauncher(FakeLauncher):
+    """Writes dW as the real launcher does: into out, outside autograd's view."""
+
+    def wgrad(self, *a, **k):
+        with torch.no_grad():
+            return super().wgrad(*a, **k)
+
+
+def test_backward_through_skwgrads_dw_raises_and_no_grad_gives_plain_tensor(fake_gpu):
+    fake_gpu(_NoGraphLauncher())
+    x, dy, ws, stride, padding, dilation, groups, _, _ = _wgrad_args(WGRAD_CASES[0], seed=3)
+    x, dy = x.bfloat16().requires_grad_(), dy.bfloat16()
+    dw = torch.ops.skwgrad.conv_weight_grad(x, dy, ws, stride, padding, dilation, groups, torch.float32, "l")
+    assert st.stats()["skwgrad"] == 1 and dw.requires_grad
+    with pytest.raises(RuntimeError, match="no double backward"):
+        dw.sum().backward()
+    with torch.no_grad():
+        dw = torch.ops.skwgrad.conv_weight_grad(x, dy, ws, stride, padding, dilation, groups, torch.float32, "l")
+    assert st.stats()["skwgrad"] == 2 and not dw.requires_grad and dw.grad_fn is None
+
+
+def test_native_path_keeps_pytorchs_double_backward():
+    import warnings
+
+    x, dy, ws, stride, padding, dilation, groups, _, _ = _wgrad_args(WGRAD_CASES[0], seed=5)
+    x64, dy64 = x.double().requires_grad_(), dy.double().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "autograd kernel was not registered" warning either
+        dw = torch.ops.skwgrad.conv_weight_grad(x64, dy64, ws, stride, padding, dilation, groups)
+        got = torch.autograd.grad(dw.square().sum(), [x64, dy64])
+    w = torch.empty(ws, dtype=torch.float64)
+    ref = torch.ops.aten.convolution_backward(dy64, x64, w, None, stride, padding, dilation, False, [0, 0], groups,
+                                              [False, True, False])[1]  # fmt: skip
+    want = torch.autograd.grad(ref.square().sum(), [x64, dy64])
+    assert st.stats()["native"] == 1  # fp64 on CPU: PyTorch's own op, graph and all
+    for g, r in zip(got, want):
+        assert r.abs().max() > 0 and torch.allclose(g, r, rtol=1e-10, atol=1e-12)
+
+
 def test_unsupported_dtype_falls_back(fake_gpu):
     fl = fake_gpu(FakeLauncher())
     x, dy = torch.randn(1, 2, 5, 5, dtype=torch.float64), torch.randn(1, 3, 3, 3, dtype=torch.float64)
