@@ -26,13 +26,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from results_io import read_json
 
 from skwgrad.abi import costmodel as M
 from skwgrad.abi.conv import ConvProblem
 from skwgrad.abi.launch import tma_geometry
 from skwgrad.abi.spec import KernelSpec
 
-FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "refetch_tma", "fixed_tma_direct",
+FIT = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "fixed_tma_direct",
        "fixed_tma_atomic")  # fmt: skip
 _TAG = re.compile(r"(bf16|fp16)_(\d+)x(?:(\d)x)?(\d+)x(\d+)_s(\d)w(\d)_ws(_direct)?$")
 
@@ -68,28 +69,39 @@ def samples(doc: dict, occupancy) -> list[dict]:
     return out
 
 
-def product_samples(doc: dict, cache) -> list[dict]:
+def product_samples(doc: dict, cache, *, stale_wide_dw: bool = False) -> list[dict]:
     """The TMA launches a ``gpu_tma_auto.py`` run timed through the product (plan.time, stream
-    hold; the atomic dW memset and the Stage-2 reduce included), with each row's best other
-    family (``auto_old``: its time and the on-device prediction) kept for judging."""
+    hold; the atomic dW memset and the Stage-2 reduce included), with each row's timed launches of
+    the other families (``auto_old``, ``old1``..: their times and on-device predictions, whose
+    constants the fit holds) kept for judging. ``stale_wide_dw``: the run predates the TMA
+    epilogue that stores or adds 32-bit values from the wgmma registers (42420f2), so its TMA
+    launches with an fp32 dW or an fp32 reduction (atomic, workspace) timed another kernel and are
+    left out. A TMA kernel the cache no longer holds (a ring
+    depth since changed) is left out too."""
     from skwgrad.abi.conv import parse_problem
     from skwgrad.abi.launch import spec_geometry
 
     out = []
     for row in doc["rows"]:
         ents = row.get("rows") or {}
-        old = ents.get("auto_old") or {}
+        olds = [(e["us"], e["predicted_us"]) for k, e in ents.items()
+                if (k == "auto_old" or k.startswith("old")) and e.get("ok") and e.get("us") and e.get("predicted_us")
+                and not e.get("same_as") and e.get("family") != "wgrad_tma"]  # fmt: skip
         for k, e in ents.items():
-            if not k.startswith("tma") or not e.get("ok") or not e.get("us") or e.get("same_as") or e.get("padded"):
+            tma = k.startswith("tma") or (k == "auto" and e.get("family") == "wgrad_tma")  # auto's TMA pick is timed under "auto"
+            if not tma or not e.get("ok") or not e.get("us") or e.get("same_as") or e.get("padded"):
                 continue
-            entry = cache.lookup(e["kernel"], arch="sm_90")[0]
+            found = cache.lookup(e["kernel"], arch="sm_90")
+            wide = found and (found[0].spec.variant != "direct" or found[0].spec.dw_dtype == "fp32")  # fp32 stores or adds
+            if not found or (stale_wide_dw and wide):
+                continue
+            entry = found[0]
             p = parse_problem(row["problem"])
             md = entry.metadata
             geo = spec_geometry(p, entry.spec, threads=int(md["threads"]), ks_count=e["ks"], pool=e.get("pool") or 0)
             t = M.terms(p, entry.spec, geo, arch="sm_90", compute_units=doc["cus"], occupancy=M.offline_occupancy(md, "sm_90"))
             out.append({"row": row["name"], "corpus": row.get("corpus", ""), "tag": e["kernel"], "ks": e["ks"], "us": e["us"],
-                        "terms": t, "device_predicted_us": e.get("predicted_us"),
-                        "old_us": old.get("us"), "old_predicted_us": old.get("predicted_us")})  # fmt: skip
+                        "terms": t, "device_predicted_us": e.get("predicted_us"), "olds": olds})  # fmt: skip
     return out
 
 
@@ -102,15 +114,37 @@ def judge_against_old(rows: list[dict], model: M.CostModel) -> dict:
     within, ratios, takes = 0, [], 0
     for name, rs in by_row.items():
         cands = [(model.predict(r["terms"]), r["us"], True) for r in rs]
-        if rs[0]["old_us"] and rs[0]["old_predicted_us"]:
-            cands.append((rs[0]["old_predicted_us"], rs[0]["old_us"], False))
+        cands += [(pred, us, False) for us, pred in rs[0]["olds"]]
         best = min(c[1] for c in cands)
         pick = min(cands)
         takes += pick[2]
         ratios.append(pick[1] / best)
         within += pick[1] <= 1.05 * best
-    return {"rows": len(by_row), "within_5pct": within, "geomean_pick_over_best": math.exp(sum(map(math.log, ratios)) / len(ratios)),
-            "takes_tma": takes}  # fmt: skip
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    return {"rows": len(by_row), "within_5pct": within, "geomean_pick_over_best": geo, "takes_tma": takes}
+
+
+def cross_validate(rows: list[dict], base: tuple, folds: int, seed: int = 1) -> dict:
+    """K folds by row (every timing of a row in one fold): fitted on the other folds, the pick
+    among each held-out row's timed launches, refit against the shipped constants."""
+    import random
+
+    names = sorted({r["row"] for r in rows})
+    random.Random(seed).shuffle(names)
+    out = {"refit": [], "shipped": []}
+    for k in range(folds):
+        held = set(names[k::folds])
+        train = [r for r in rows if r["row"] not in held]
+        test = [r for r in rows if r["row"] in held]
+        out["refit"].append(judge_against_old(test, model_with(base, fit(train, base))))
+        out["shipped"].append(judge_against_old(test, M.CostModel("sm_90", base)))
+
+    def total(js):
+        n = sum(j["rows"] for j in js)
+        return {"rows": n, "within_5pct": sum(j["within_5pct"] for j in js),
+                "geomean_pick_over_best": math.exp(sum(j["rows"] * math.log(j["geomean_pick_over_best"]) for j in js if j["rows"]) / n)}  # fmt: skip
+
+    return {"folds": folds, "seed": seed, "refit": total(out["refit"]), "shipped": total(out["shipped"])}
 
 
 def fit(rows: list[dict], base: tuple) -> dict:
@@ -159,7 +193,8 @@ def main_product(args):
     rows = []
     for path in args.product:  # a row timed in several runs contributes each run's timings
         run = Path(path).stem
-        rows += [dict(r, row=f"{run}:{r['row']}") for r in product_samples(json.loads(Path(path).read_text()), cache)]
+        doc = read_json(path)
+        rows += [dict(r, row=f"{run}:{r['row']}") for r in product_samples(doc, cache, stale_wide_dw=path in args.stale_wide_dw)]
     base = M.builtin("sm_90").constants
     held = [r for r in rows if r["corpus"] in args.held_out]
     train = [r for r in rows if r["corpus"] not in args.held_out]
@@ -169,6 +204,8 @@ def main_product(args):
            "fitted_on_train": consts,
            "held_out_judged": {"refit": judge_against_old(held, model_with(base, consts)), "shipped": judge_against_old(held, shipped)},
            "train_judged": {"refit": judge_against_old(train, model_with(base, consts)), "shipped": judge_against_old(train, shipped)}}
+    if args.folds:
+        out["cross_validated"] = cross_validate(rows, base, args.folds)
     out["fitted_on_all"] = fit(rows, base)
     out["all_judged"] = judge_against_old(rows, model_with(base, out["fitted_on_all"]))
     Path(args.out).write_text(json.dumps(out, indent=1))
@@ -181,6 +218,9 @@ def main():
     ap.add_argument("--product", action="append", help="gpu_tma_auto.py result JSON(s): fit on the product's own timings instead")
     ap.add_argument("--cache", help="with --product: the cache the run used (the kernels' metadata)")
     ap.add_argument("--held-out", action="append", default=[], help="with --product: corpus file name(s) the fit never sees")
+    ap.add_argument("--folds", type=int, default=0, help="with --product: also K-fold cross-validation by row")
+    ap.add_argument("--stale-wide-dw", action="append", default=[],
+                    help="with --product: a run (one of the --product files) timed before the 32-bit dW TMA epilogue: its 32-bit dW TMA launches are left out")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     if args.product:

@@ -1,7 +1,9 @@
 """Where the host time of the PyTorch op goes on the GPU path: the ``skwgrad::conv_weight_grad``
 custom op against ``skwgrad.wgrad`` on the same channels-last tensors, the op's Python body
 (``_wgrad``) called without the dispatcher, and PyTorch's own weight gradient; each as wall time
-per call over back-to-back calls (host-bound on small layers), then a cProfile of the op's calls.
+per call over back-to-back calls (host-bound on small layers), then a cProfile of the op's calls. ``--stack``: a small stack of 1x1 convolutions (host-bound)
+trained under torch.compile's default mode (no CUDA graphs: every op call pays its dispatch),
+patched against unpatched, step time per layer.
 
     SKWGRAD_CACHE=DIR python benchmarks/gpu_op_hostcost.py --problem "n=4,c=64,k=64,h=28,w=28,y=1,x=1" --out op.json
 """
@@ -42,6 +44,7 @@ def main():
     ap.add_argument("--problem", action="append", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile-calls", type=int, default=1000)
+    ap.add_argument("--stack", default="", help="LAYERS,N,C,H: time a compiled stack of 1x1 convolutions too")
     a = ap.parse_args()
     import skwgrad
     import skwgrad.torch as st
@@ -81,7 +84,42 @@ def main():
         doc["rows"].append(row)
         print(json.dumps(row["wall_us"]), text, flush=True)
         print(row["profile_top"][:4000], flush=True)
+    if a.stack:
+        doc["stack"] = compiled_stack(a.stack)
+        print(json.dumps(doc["stack"]), flush=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
+
+
+def compiled_stack(spec: str, steps: int = 200) -> dict:
+    """LAYERS,N,C,H: LAYERS Conv2d(C, C, 1) + ReLU on N x C x H x H, channels last, bf16 autocast,
+    forward + backward per step, torch.compile (default mode), unpatched then patched."""
+    import copy
+
+    from torch import nn
+
+    import skwgrad.torch as st
+
+    layers, n, c, h = (int(v) for v in spec.split(","))
+    torch.manual_seed(0)
+    ref = nn.Sequential(*[m for _ in range(layers) for m in (nn.Conv2d(c, c, 1, bias=False), nn.ReLU())]).cuda()
+    ref = ref.to(memory_format=torch.channels_last)
+    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last)
+    out = {"spec": spec}
+    for name in ("unpatched", "patched"):
+        m = copy.deepcopy(ref)
+        if name == "patched":
+            st.patch(m)
+        f = torch.compile(m)
+        st.reset_stats()
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                f(x).float().square().mean().backward()
+
+        out[f"{name}_step_us"] = per_call(step, n=steps, warm=20)
+        out[f"{name}_stats"] = {k: v for k, v in st.stats().items() if k in ("skwgrad", "native", "reasons")}
+    out["patched_extra_us_per_layer"] = (out["patched_step_us"] - out["unpatched_step_us"]) / layers
+    return out
 
 
 if __name__ == "__main__":
