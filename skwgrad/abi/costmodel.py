@@ -87,7 +87,7 @@ from skwgrad.abi.launch import LaunchGeometry, tma_groups_per_tile
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 10  # 10: unit_tma, the ring refill of each further work unit of an fp32-add TMA CTA; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 9  # 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -113,7 +113,6 @@ TERMS = (
     "main_mac_ieee_shared", "stage2_chain", "l2_refetch", "main_mac_tf32_shared", "main_loads_exposed",
     "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped", "epilogue_narrow",
     "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "refetch_tma",
-    "unit_tma",
     *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
 )  # fmt: skip
 
@@ -292,17 +291,12 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         # before the first wgmma) and sets up its barriers: many short splits pay it many times
         # main_chain_tma: one MMA warp's wgmma chain on the path (its own rate: the TMA loop waits on
         # mbarriers, not on its own loads, so its chain is not the Triton loop's)
-        # unit_tma: a CTA whose launch adds fp32 partials (atomic, workspace) drains its ring at the
-        # end of each work unit (a split of a persistent walk, a tile of a stream-K range) and fills
-        # it again for the next: H200 run V1, 128x128 persistent atomic launches of grouped layers
-        # ran 1.23x their prediction (1.01 at 3 units a CTA, 1.64 at 7), 2-2.5 us per further unit
-        unit_tma = waves * (units_per_cta * segments - 1.0) if v in ("atomic", "workspace") else 0.0
-        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves), path * mac_warp, refetch_tma, unit_tma)
+        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves), path * mac_warp, refetch_tma)
         chain = 0.0
         loads = narrow_loads = 0.0
         own = (0.0, 0.0, 0.0)
     else:
-        tma_terms = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        tma_terms = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         chain = path * mac_warp
         own = (float(path), 0.0 if fp32_in else cu_iters * mac, cu_iters * nbytes)
     values = (
@@ -480,13 +474,7 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # MiB per SM re-read from memory at the H200's 4.3 TB/s over 132 SMs, about 32 us. Refitting every
 # TMA constant on runs S1-S4 with it free (5.8) picked worse on the held-out random_2026120344
 # rows (30/46 within 5% against 34/46 with these constants).
-# unit_tma (model 10) takes fill_tma's constant (the same ring refill), the other constants held:
-# chosen by 5-fold cross-validation by row on the launches timed since the fp32-add epilogue
-# changed (runs V1 and T7, and the 16-bit direct launches of T1, T2, T4, T6; 299 timings, 60 rows;
-# benchmarks/fit_tma_terms.py --product --folds 5): the pick among each row's timed launches within
-# 5% of the fastest on 48/60 rows, geomean 1.029, against 45/60, 1.035 without the term; at 0.5x
-# and 1.5x that constant 47/60 and 45/60. Refitting every TMA constant instead scored 47/60, 1.034.
-_TMA_LOOP_SM90 = (0.0965568, 0.00223633, 0.0, 1.8095, 0.0259607, 32.0, 1.8095)
+_TMA_LOOP_SM90 = (0.0965568, 0.00223633, 0.0, 1.8095, 0.0259607, 32.0)
 _TMA_CLASSES_SM90 = (3.17682, 6.42723, 6.42723)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
@@ -543,7 +531,7 @@ _DEFAULT_PRIOR = (
     0.03, 0.05,  # tf32 matrix work, exposed loads
     0.01, 0.0, 0.0,  # tf32 per-warp MMA chain, SK gather loads, packed-group iteration
     0.5, 0.01,  # narrow tile stores, narrow loads (per 1024 instructions per thread beyond 16-byte ones)
-    0.02, 0.005, 0.002, 1.0, 0.01, 32.0, 1.0,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain, refetch (per MiB per CU: 4.3 TB/s over 132 SMs), per further fp32-add unit (refill)
+    0.02, 0.005, 0.002, 1.0, 0.01, 32.0,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain, refetch (per MiB per CU: 4.3 TB/s over 132 SMs)
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
 )
 
