@@ -41,10 +41,10 @@ def per_call(fn, n=2000, warm=200) -> float:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--problem", action="append", required=True)
+    ap.add_argument("--problem", action="append", default=[])
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile-calls", type=int, default=1000)
-    ap.add_argument("--stack", default="", help="LAYERS,N,C,H: time a compiled stack of 1x1 convolutions too")
+    ap.add_argument("--stack", action="append", default=[], help="LAYERS,N,C,H: time a compiled stack of 1x1 convolutions too")
     a = ap.parse_args()
     import skwgrad
     import skwgrad.torch as st
@@ -84,9 +84,10 @@ def main():
         doc["rows"].append(row)
         print(json.dumps(row["wall_us"]), text, flush=True)
         print(row["profile_top"][:4000], flush=True)
-    if a.stack:
-        doc["stack"] = compiled_stack(a.stack)
-        print(json.dumps(doc["stack"]), flush=True)
+    doc["stacks"] = []
+    for spec in a.stack:
+        doc["stacks"].append(compiled_stack(spec))
+        print(json.dumps(doc["stacks"][-1]), flush=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
 
 

@@ -12,12 +12,15 @@ Two custom ops, both opaque to torch.compile (no graph break) and traced through
   convolution (``aten.convolution``), with an autograd formula whose backward computes dX and
   the bias gradient with PyTorch and dW with ``conv_weight_grad``.
 
-``conv2d``/``conv3d`` and patched modules call ``skwgrad::conv`` only while traced (torch.compile,
-export, make_fx, FakeTensor, functorch transforms, jit tracing). In plain eager mode they run the
-same computation as an ``autograd.Function`` (``_EagerConv``) that calls ``aten.convolution`` and,
-in its backward, ``aten.convolution_backward`` and ``conv_weight_grad``'s Python directly: the
-custom-op dispatch costs hundreds of microseconds of host time per layer, enough to make a GPU
-backward host-bound.
+``conv2d``/``conv3d`` and patched modules run an ``autograd.Function`` (``_EagerConv``) whose
+forward is ``aten.convolution`` and whose backward is ``aten.convolution_backward`` for dX and the
+bias plus, for dW, ``conv_weight_grad``'s Python directly in eager mode or the op itself when
+traced. torch.compile traces that function (no graph break): its compiled forward calls no skwgrad
+op, its compiled backward calls ``skwgrad::conv_weight_grad``. ``skwgrad::conv`` is what the other
+tracers record (export without dynamo, make_fx, FakeTensor, functorch transforms, jit tracing).
+Why: a Python op's dispatch costs tens of microseconds of host time per call (custom_op's more),
+enough to make a GPU step host-bound (H200 run V3: a compiled stack of small layers paid 229 us a
+layer a step through ``skwgrad::conv``).
 
 Which path each call took is counted per problem and per layer (``stats()``) and logged once per
 (problem, layer, path, reason) on the ``skwgrad.torch`` logger at DEBUG (WARNING for a damaged
@@ -685,14 +688,14 @@ _conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 # ---------------------------------------------------------------------------------------------
 # The eager path: the same computation without the custom-op dispatcher
 # ---------------------------------------------------------------------------------------------
-# A custom op's eager call (schema parsing of the arguments, the Python autograd kernel it
-# generates, the nested conv_weight_grad call in the backward) costs some hundred microseconds of
-# host time per convolution, enough to make a GPU backward host-bound. Outside tracing the
-# patched convolution is this autograd.Function instead: the forward is aten.convolution, the
-# backward computes dX/dbias with one aten.convolution_backward and dW with _wgrad, the Python
-# behind skwgrad::conv_weight_grad (same decisions, fallbacks, counters, deterministic handling,
-# dtypes and streams). Tracing (torch.compile, export, make_fx, FakeTensor, functorch, jit) keeps
-# the custom ops: they are what a graph records, and a compiled graph pays no such cost.
+# A custom op's call (schema parsing of the arguments, the Python autograd kernel it generates, the
+# nested conv_weight_grad call in the backward) costs some hundred microseconds of host time per
+# convolution, enough to make a GPU step host-bound, eager or compiled without CUDA graphs. So the
+# patched convolution is this autograd.Function: the forward is aten.convolution, the backward
+# computes dX/dbias with one aten.convolution_backward and dW with _wgrad, the Python behind
+# skwgrad::conv_weight_grad (same decisions, fallbacks, counters, deterministic handling, dtypes
+# and streams), or with the op itself where the backward is traced. torch.compile traces the
+# function; the other tracers (make_fx, FakeTensor and functorch modes, jit) record skwgrad::conv.
 _PLAIN_TYPES = (Tensor, nn.Parameter)
 
 
@@ -820,7 +823,7 @@ def _conv(sd, input, weight, bias, stride, padding, dilation, groups, name):
         pad = None  # mixed dtypes outside autocast: PyTorch's error (or its behaviour)
     if pad is None:  # asymmetric 'same' padding: the whole convolution stays PyTorch's
         return native(input, weight, bias, stride, padding, dilation, groups)
-    if _eager(input, weight, bias):
+    if torch.compiler.is_compiling() or _eager(input, weight, bias):  # dynamo traces the function
         return _EagerConv.apply(input, weight, bias, stride, pad, dilation, int(groups), name)
     return torch.ops.skwgrad.conv(input, weight, bias, stride, pad, dilation, int(groups), name)
 
