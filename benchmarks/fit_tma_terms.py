@@ -105,6 +105,124 @@ def product_samples(doc: dict, cache, *, stale_wide_dw: bool = False) -> list[di
     return out
 
 
+FIT_ALL = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma",
+           *(n for n in M.TERMS if n.startswith("fixed_")))  # fmt: skip
+
+
+def all_family_samples(doc: dict, cache, *, stale_wide_dw: bool = False) -> list[dict]:
+    """Every launch a ``gpu_tma_auto.py`` run timed (auto, the other families' best-ranked ones,
+    the TMA ones), each with its terms: for refitting the constants that set one family against
+    another (the TMA loop's and every class's fixed cost) on the product's own timings. Padded
+    launches (their copies are priced apart) and stale wide-epilogue TMA launches are left out."""
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.abi.launch import spec_geometry
+
+    out = []
+    for row in doc["rows"]:
+        p = parse_problem(row["problem"]) if "problem" in row else None
+        for k, e in (row.get("rows") or {}).items():
+            if not e.get("ok") or not e.get("us") or e.get("same_as") or e.get("padded"):
+                continue
+            found = cache.lookup(e["kernel"], arch="sm_90")
+            if not found:
+                continue
+            spec = found[0].spec
+            if spec.family not in M.MODELLED_FAMILIES:
+                continue
+            if stale_wide_dw and spec.family == "wgrad_tma" and (spec.variant != "direct" or spec.dw_dtype == "fp32"):
+                continue
+            md = found[0].metadata
+            if spec.family == "wgrad_sk":
+                setting = dict(pool=e["pool"])
+            elif spec.family == "wgrad_tma" and spec.mode == "streamk":
+                setting = dict(pool=e["pool"])
+            elif spec.family == "wgrad_tma" and spec.mode == "persistent":
+                setting = dict(ks_count=e["ks"], pool=e["pool"])
+            else:
+                setting = dict(ks_count=e["ks"])
+            geo = spec_geometry(p, spec, threads=int(md["threads"]), **setting)
+            t = M.terms(p, spec, geo, arch="sm_90", compute_units=doc["cus"], occupancy=M.offline_occupancy(md, "sm_90"),
+                        stack_bytes=int(md.get("stack_bytes", 0)))  # fmt: skip
+            out.append({"row": row["name"], "corpus": row.get("corpus", ""), "tag": e["kernel"], "us": e["us"], "terms": t})
+    return out
+
+
+def fit_all(rows: list[dict], base: tuple) -> tuple:
+    """FIT_ALL fitted (non-negative least squares on relative error, ranking-weighted per row),
+    every other constant held at ``base``; returns the whole constant tuple."""
+    idx = [M.TERMS.index(n) for n in FIT_ALL]
+    fixed = np.array(base, dtype=float)
+    fixed[idx] = 0.0
+    a = np.array([[r["terms"].values[i] for i in idx] for r in rows])
+    y = np.array([r["us"] for r in rows])
+    rest = np.array([float(np.dot(fixed, r["terms"].values)) for r in rows])
+    w = np.array(M.ranking_weights(list(y), [r["row"] for r in rows]))
+    scale = w / y
+    a_s = a * scale[:, None]
+    norm = np.abs(a_s).max(axis=0)
+    norm[norm == 0] = 1.0
+    x = M.nnls(a_s / norm, (y - rest) * scale) / norm
+    c = np.array(base, dtype=float)
+    seen = (np.abs(a) > 0).any(axis=0)
+    c[np.array(idx)[seen]] = x[seen]  # a class no timing exercises keeps its constant
+    return tuple(float(v) for v in c)
+
+
+def judge_all(rows: list[dict], constants: tuple) -> dict:
+    """Per row, the model's pick among every timed launch against the fastest of them."""
+    model = M.CostModel("sm_90", constants, source="fit")
+    by_row: dict = {}
+    for r in rows:
+        by_row.setdefault(r["row"], []).append(r)
+    # rows with one timed launch have nothing to rank
+    ratios = [min(rs, key=lambda r: model.predict(r["terms"]))["us"] / min(r["us"] for r in rs) for rs in by_row.values() if len(rs) > 1]
+    return {"rows": len(ratios), "within_5pct": sum(x <= 1.05 for x in ratios),
+            "geomean_pick_over_best": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None}  # fmt: skip
+
+
+def main_all(args):
+    """--all-families: refit FIT_ALL on every timed launch of the --product runs; K-fold
+    cross-validation by row; judged on --held-out corpora when given."""
+    import random
+
+    from skwgrad.cache.store import Cache
+
+    cache = Cache(args.cache, create=False)
+    rows = []
+    for path in args.product:
+        run = Path(path).stem
+        doc = read_json(path)
+        rows += [dict(r, row=f"{run}:{r['row']}") for r in all_family_samples(doc, cache, stale_wide_dw=path in args.stale_wide_dw)]
+    base = M.builtin("sm_90").constants
+    held = [r for r in rows if r["corpus"] in args.held_out]
+    train = [r for r in rows if r["corpus"] not in args.held_out]
+    names = sorted({r["row"] for r in train})
+    random.Random(1).shuffle(names)
+    folds = max(2, args.folds or 5)
+    cv = {"refit": [], "shipped": []}
+    for k in range(folds):
+        out_rows = set(names[k::folds])
+        fit_rows = [r for r in train if r["row"] not in out_rows]
+        test = [r for r in train if r["row"] in out_rows]
+        cv["refit"].append(judge_all(test, fit_all(fit_rows, base)))
+        cv["shipped"].append(judge_all(test, base))
+
+    def total(js):
+        n = sum(j["rows"] for j in js)
+        return {"rows": n, "within_5pct": sum(j["within_5pct"] for j in js),
+                "geomean_pick_over_best": math.exp(sum(j["rows"] * math.log(j["geomean_pick_over_best"]) for j in js if j["rows"]) / n)}  # fmt: skip
+
+    consts = fit_all(train, base)
+    doc = {"product_run": args.product, "held_out": args.held_out, "samples": len(rows), "train_samples": len(train),
+           "cross_validated": {"folds": folds, "refit": total(cv["refit"]), "shipped": total(cv["shipped"])},
+           "fitted_on_train": {n: consts[M.TERMS.index(n)] for n in FIT_ALL},
+           "shipped": {n: base[M.TERMS.index(n)] for n in FIT_ALL}}  # fmt: skip
+    if held:
+        doc["held_out_judged"] = {"refit": judge_all(held, consts), "shipped": judge_all(held, base)}
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    json.dump(doc, sys.stdout, indent=1)
+
+
 def judge_against_old(rows: list[dict], model: M.CostModel) -> dict:
     """Per row, the pick among the timed candidates (the best other family at its on-device
     prediction, and the timed TMA launches at ``model``'s) against the fastest of them."""
@@ -219,10 +337,14 @@ def main():
     ap.add_argument("--cache", help="with --product: the cache the run used (the kernels' metadata)")
     ap.add_argument("--held-out", action="append", default=[], help="with --product: corpus file name(s) the fit never sees")
     ap.add_argument("--folds", type=int, default=0, help="with --product: also K-fold cross-validation by row")
+    ap.add_argument("--all-families", action="store_true",
+                    help="with --product: refit the TMA loop and every class's fixed cost on every timed launch, any family")
     ap.add_argument("--stale-wide-dw", action="append", default=[],
                     help="with --product: a run (one of the --product files) timed before the 32-bit dW TMA epilogue: its 32-bit dW TMA launches are left out")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if args.product and args.all_families:
+        return main_all(args)
     if args.product:
         return main_product(args)
     from skwgrad.aot.compile import compile_spec

@@ -71,7 +71,8 @@ def test_plan_text_output():
 
 
 def test_plan_streamk_off():
-    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--streamk", "off", "--ks-count", "7", "--tile", "128x128x64")
+    r = plan_json("--problem", PROBLEM, "--arch", "gfx942", "--streamk", "off", "--ks-count", "7", "--tile", "128x128x64",
+                  "--reduction", "two_stage")  # the two-stage geometry is what this test reads
     assert r["partition"] is None
     assert r["kernel"]["family"] == "wgrad" and r["kernel"]["variant"] == "two_stage" and r["kernel"]["mode"] == ""
     ks_iters = math.ceil(1568 / 7)

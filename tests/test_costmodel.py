@@ -475,13 +475,13 @@ def test_splitk_workspace_prices_its_atomics_and_one_reset_replica(ks):
         assert ws[t] == ts[t], t
 
 
-def test_splitk_workspace_class_constant_is_the_stream_k_workspace_prior():
-    # model 8 added the class; until a device calibration fits it, its constant is the stream-K
-    # workspace class's (every arch: the AMD priors scale sm_90's alike)
+def test_splitk_workspace_class_is_priced_and_grouped_takes_wgrads_class():
+    # model 8 added the class; run V3's refit priced it (every arch: the AMD priors scale sm_90's alike)
     assert ("wgrad", "workspace") in M.CLASSES and "fixed_splitk_workspace" in M.TERMS
-    for arch in ("sm_90", "gfx942", "gfx950"):
+    sm90 = dict(zip(M.TERMS, M.builtin("sm_90").constants))
+    for arch, scale in (("sm_90", 1.0), ("gfx942", 0.8), ("gfx950", 0.5)):
         c = dict(zip(M.TERMS, M.builtin(arch).constants))
-        assert c["fixed_splitk_workspace"] == c["fixed_sk_workspace"] > 0, arch
+        assert c["fixed_splitk_workspace"] > 0 and c["fixed_splitk_workspace"] == pytest.approx(scale * sm90["fixed_splitk_workspace"]), arch
     # the grouped kernels take wgrad's class
     p = parse_problem("n=32,c=256,k=256,g=32,h=28,w=28,y=3,x=3,padding=1")
     s = KernelSpec("grouped", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, block=8, num_stages=3)
