@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# H200, session 17 run V5 (issue 10): the refitted class and TMA constants on two sets drawn after
+# the refit (random_2026120465 dense, random_g_2026120465 grouped) and on the corpus (whose rows
+# were in the fit through run T2): benchmarks/gpu_tma_auto.py, auto against the 3 best-ranked
+# non-TMA and 6 best-ranked TMA launches, every one verified, cuDNN in benchmark mode beside.
+# Carried: .whl, .device/v5.tar.xz.
+set -uo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SKWGRAD_CACHE=/tmp/pc
+t0=$(date +%s)
+rm -rf /tmp/pc; python3 -m skwgrad cache import .device/v5.tar.xz --cache /tmp/pc | tail -1
+timeout 300 python3 benchmarks/gpu_tma_auto.py --cache /tmp/pc --top 6 --top-old 3 --corpus benchmarks/shapes/random_2026120465.csv \
+  --corpus benchmarks/shapes/random_g_2026120465.csv --out $OUT/tma_auto_65.json > $OUT/tma_auto_65.log 2>&1
+echo "tma_auto 65 rc=$? $(( $(date +%s) - t0 )) s"; tail -1 $OUT/tma_auto_65.log | cut -c1-600
+timeout 200 python3 benchmarks/gpu_tma_auto.py --cache /tmp/pc --top 6 --top-old 3 --no-end-to-end --corpus tests/data/wgrad_shapes.csv \
+  --out $OUT/tma_auto_corpus.json > $OUT/tma_auto_corpus.log 2>&1
+echo "tma_auto corpus rc=$? $(( $(date +%s) - t0 )) s"; tail -1 $OUT/tma_auto_corpus.log | cut -c1-600
