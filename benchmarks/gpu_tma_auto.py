@@ -150,12 +150,15 @@ def end_to_end(p, *, iters):
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
     dwt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[p.dw_dtype]
     cl = torch.channels_last
-    pairs = [(torch.randn(p.n, p.c, p.hi, p.wi, device="cuda", dtype=dt).contiguous(memory_format=cl),
-              torch.randn(p.n, p.k, p.ho, p.wo, device="cuda", dtype=dt).contiguous(memory_format=cl)) for _ in range(2)]  # fmt: skip
+    # c and k are per group: the tensors hold g groups of them (run V1 and V3 left g out, so their
+    # grouped rows timed another, ungrouped problem end to end)
+    pairs = [(torch.randn(p.n, p.g * p.c, p.hi, p.wi, device="cuda", dtype=dt).contiguous(memory_format=cl),
+              torch.randn(p.n, p.g * p.k, p.ho, p.wo, device="cuda", dtype=dt).contiguous(memory_format=cl)) for _ in range(2)]  # fmt: skip
     x, dy = pairs[0]
-    w = torch.empty(p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=cl)
+    w = torch.empty(p.g * p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=cl)
     args = ([p.stride[1], p.stride[2]], [p.pad_lo[1], p.pad_lo[2]], [p.dilation[1], p.dilation[2]])
-    kw = dict(filter_size=(p.y, p.x), stride=tuple(args[0]), padding=tuple(args[1]), dilation=tuple(args[2]), dw_dtype=p.dw_dtype)
+    kw = dict(filter_size=(p.y, p.x), stride=tuple(args[0]), padding=tuple(args[1]), dilation=tuple(args[2]), dw_dtype=p.dw_dtype,
+              groups=p.g)  # fmt: skip
     i = [0]
 
     def api():
@@ -167,10 +170,10 @@ def end_to_end(p, *, iters):
         return skwgrad.wgrad(a, b, **kw)
 
     def op():
-        return st.conv_weight_grad(x, dy, list(w.shape), *args, 1, dwt, "bench")
+        return st.conv_weight_grad(x, dy, list(w.shape), *args, p.g, dwt, "bench")
 
     def theirs():
-        return torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0, 0], 1, [False, True, False])[1]
+        return torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0, 0], p.g, [False, True, False])[1]
 
     out = {}
     for name, fn in (("api", api), ("api_alternating", api_alternating), ("op", op), ("torch", theirs)):
