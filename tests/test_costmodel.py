@@ -496,27 +496,30 @@ def test_splitk_workspace_class_is_priced_and_grouped_takes_wgrads_class():
         M.CostModel.from_json(json.dumps(old))
 
 
-def test_a_grouped_tma_tile_stores_only_its_diagonal_blocks():
-    """A wgrad_tma tile packing GB groups stores (or adds) GB diagonal blocks, 1/GB of the tile:
-    its epilogue and atomic terms are those of a dense problem with the same tiles and grid, / GB."""
+@pytest.mark.parametrize("variant, dw, ks, divided", [("direct", "bf16", 1, True), ("atomic", "fp32", 4, False), ("direct", "fp32", 1, False)])
+def test_a_grouped_tma_tiles_stores_priced_by_its_epilogue(variant, dw, ks, divided):
+    """A wgrad_tma tile packing GB groups stores (or adds) GB diagonal blocks. The 16-bit direct
+    epilogue costs 1/GB of a tile: its epilogue and atomic terms are a dense problem's with the
+    same tiles and grid, / GB. The fp32 epilogue (from the wgmma registers) issues the whole
+    tile's instructions, masked: counted whole."""
     from skwgrad.abi.launch import tma_geometry, tma_groups_per_tile
 
-    grouped = parse_problem("n=16,c=256,k=256,g=32,h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32")  # 8 channels a group
+    grouped = parse_problem(f"n=16,c=256,k=256,g=32,h=14,w=14,y=3,x=3,padding=1,dw_dtype={dw}")  # 8 channels a group
     for bm, bn, block, warps in ((64, 64, 1, 4), (64, 256, 4, 4), (128, 128, 1, 8)):
         gb = tma_groups_per_tile(grouped, bm, bn // block)
         assert gb > 1
         # the dense problem of the same packed tiles: G/GB groups of GB*C channels are one tile each
-        dense = parse_problem(f"n=16,c={8 * gb},k={8 * gb},h=14,w=14,y=3,x=3,padding=1,dw_dtype=fp32")
-        s = KernelSpec("wgrad_tma", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=bm, bn=bn, bk=64, num_warps=warps,
+        dense = parse_problem(f"n=16,c={8 * gb},k={8 * gb},h=14,w=14,y=3,x=3,padding=1,dw_dtype={dw}")
+        s = KernelSpec("wgrad_tma", variant, "bf16", dw, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=64, num_warps=warps,
                        num_stages=4, block=block)  # fmt: skip
-        tg = tma_geometry(grouped, "atomic", bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=4)
-        td = tma_geometry(dense, "atomic", bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=4)
+        tg = tma_geometry(grouped, variant, bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=ks)
+        td = tma_geometry(dense, variant, bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=ks)
         # same tiles per group, G / GB = 32 / GB as many groups: compare per launch of equal grid
         assert tg.grid == td.grid * (32 // gb)
         a = M.terms(grouped, s, tg, arch="sm_90", compute_units=132, occupancy=1).as_dict()
         b = M.terms(dense, s, td, arch="sm_90", compute_units=132, occupancy=1).as_dict()
-        # per tile, per CTA: the grouped launch has 32/GB times the CTAs, each storing 1/GB of a tile
-        scale = (32 // gb) / gb
-        assert a["fixup_atomic"] == pytest.approx(b["fixup_atomic"] * scale)
+        share = 1 / gb if divided else 1.0  # of a tile, per CTA
+        assert a["fixup_atomic"] == pytest.approx(b["fixup_atomic"] * (32 // gb) * share)
+        assert (a["fixup_atomic"] > 0) == (variant == "atomic")
         waves = math.ceil(tg.grid / 132) / math.ceil(td.grid / 132)
-        assert a["epilogue"] == pytest.approx(b["epilogue"] * waves / gb)
+        assert a["epilogue"] == pytest.approx(b["epilogue"] * waves * share) and a["epilogue"] > 0

@@ -214,10 +214,14 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     narrow_loads = spec.bk * (spec.bm * (1.0 / max(1, spec.vec_k) - 1.0 / full) + spec.bn * (1.0 / max(1, spec.vec_c) - 1.0 / full))
     narrow_loads = max(0.0, narrow_loads) * 4 / max(1, spec.num_warps) / 1024.0
     tile_out = spec.bm * spec.bn  # dW elements a tile stores or adds
-    if tma and problem.g > 1:
-        # a TMA tile packing GB groups stores only its GB diagonal blocks, 1/GB of it (H200 runs
-        # T1-T4: counted whole, the grouped TMA launches ran 0.85x their prediction at 8 groups a
-        # tile, 0.81x at 16). The grouped family keeps the whole tile: its constants were fitted so.
+    if tma and problem.g > 1 and spec.variant == "direct" and DTYPE_BYTES[problem.dw_dtype] == 2:
+        # a TMA tile packing GB groups stores only its GB diagonal blocks. The 16-bit direct
+        # epilogue (16-byte vectors through shared memory) costs 1/GB of a tile (H200 runs T1-T4:
+        # counted whole, 0.85x the prediction at 8 groups a tile, 0.81x at 16); the fp32 one
+        # (stores and adds from the wgmma registers, 42420f2) issues the whole tile's instructions,
+        # masked: counted whole (runs V1, V3, V5: divided, the 128x128 grouped atomic launches ran
+        # 1.1-1.26x their prediction; 5-fold by row over 122 rows 99 within 5% of the fastest,
+        # geomean 1.025, against 92 and 1.036). The grouped family keeps the whole tile.
         tile_out /= tma_groups_per_tile(problem, spec.bm, spec.bn // max(1, spec.block))
 
     v = spec.variant
