@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile-calls", type=int, default=1000)
     ap.add_argument("--stack", action="append", default=[], help="LAYERS,N,C,H: time a compiled stack of 1x1 convolutions too")
+    ap.add_argument("--check", action="append", default=[], help="LAYERS,N,C,H: that stack's dW, patched against unpatched, eager and compiled")
     a = ap.parse_args()
     import skwgrad
     import skwgrad.torch as st
@@ -84,11 +85,47 @@ def main():
         doc["rows"].append(row)
         print(json.dumps(row["wall_us"]), text, flush=True)
         print(row["profile_top"][:4000], flush=True)
+    doc["checks"] = []
+    for spec in a.check:
+        doc["checks"].append(check_stack(spec))
+        print(json.dumps(doc["checks"][-1]), flush=True)
     doc["stacks"] = []
     for spec in a.stack:
         doc["stacks"].append(compiled_stack(spec))
         print(json.dumps(doc["stacks"][-1]), flush=True)
     Path(a.out).write_text(json.dumps(doc, indent=1))
+
+
+def check_stack(spec: str) -> dict:
+    """The stack's weight gradients, patched against unpatched, eager and under torch.compile
+    (default mode), from the same weights and input: the forwards run the same kernels, so dW is
+    the only difference (a leaf). Relative norm error per layer, and who computed each dW."""
+    import copy
+
+    from torch import nn
+
+    import skwgrad.torch as st
+
+    layers, n, c, h = (int(v) for v in spec.split(","))
+    torch.manual_seed(1)
+    ref = nn.Sequential(*[m for _ in range(layers) for m in (nn.Conv2d(c, c, 1, bias=False), nn.ReLU())]).cuda()
+    ref = ref.to(memory_format=torch.channels_last)
+    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last)
+    out = {"spec": spec}
+    for mode in ("eager", "compiled"):
+        grads = {}
+        for name in ("unpatched", "patched"):
+            m = copy.deepcopy(ref)
+            if name == "patched":
+                st.patch(m)
+            f = torch.compile(m) if mode == "compiled" else m
+            st.reset_stats()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                f(x).float().square().mean().backward()
+            grads[name] = [p.grad.double() for p in m.parameters()]
+            out[f"{mode}_{name}_stats"] = {k: v for k, v in st.stats().items() if k in ("skwgrad", "native", "reasons")}
+        out[f"{mode}_rel_err"] = [float((a - b).norm() / b.norm()) for a, b in zip(grads["patched"], grads["unpatched"])]
+    return out
 
 
 def compiled_stack(spec: str, steps: int = 200) -> dict:
