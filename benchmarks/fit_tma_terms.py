@@ -148,24 +148,14 @@ def all_family_samples(doc: dict, cache, *, stale_wide_dw: bool = False) -> list
 
 
 def fit_all(rows: list[dict], base: tuple) -> tuple:
-    """FIT_ALL fitted (non-negative least squares on relative error, ranking-weighted per row),
-    every other constant held at ``base``; returns the whole constant tuple."""
-    idx = [M.TERMS.index(n) for n in FIT_ALL]
-    fixed = np.array(base, dtype=float)
-    fixed[idx] = 0.0
-    a = np.array([[r["terms"].values[i] for i in idx] for r in rows])
-    y = np.array([r["us"] for r in rows])
-    rest = np.array([float(np.dot(fixed, r["terms"].values)) for r in rows])
-    w = np.array(M.ranking_weights(list(y), [r["row"] for r in rows]))
-    scale = w / y
-    a_s = a * scale[:, None]
-    norm = np.abs(a_s).max(axis=0)
-    norm[norm == 0] = 1.0
-    x = M.nnls(a_s / norm, (y - rest) * scale) / norm
-    c = np.array(base, dtype=float)
-    seen = (np.abs(a) > 0).any(axis=0)
-    c[np.array(idx)[seen]] = x[seen]  # a class no timing exercises keeps its constant
-    return tuple(float(v) for v in c)
+    """FIT_ALL fitted, every other constant held at ``base``; returns the whole constant tuple
+    (a class no timing exercises keeps its constant)."""
+    values, seen = fit_some(rows, base, FIT_ALL)
+    c = list(base)
+    for n, v, s in zip(FIT_ALL, values, seen):
+        if s:
+            c[M.TERMS.index(n)] = v
+    return tuple(c)
 
 
 def judge_all(rows: list[dict], constants: tuple) -> dict:
@@ -183,38 +173,15 @@ def judge_all(rows: list[dict], constants: tuple) -> dict:
 def main_all(args):
     """--all-families: refit FIT_ALL on every timed launch of the --product runs; K-fold
     cross-validation by row; judged on --held-out corpora when given."""
-    import random
-
-    from skwgrad.cache.store import Cache
-
-    cache = Cache(args.cache, create=False)
-    rows = []
-    for path in args.product:
-        run = Path(path).stem
-        doc = read_json(path)
-        rows += [dict(r, row=f"{run}:{r['row']}") for r in all_family_samples(doc, cache, stale_wide_dw=path in args.stale_wide_dw)]
-    base = M.builtin("sm_90").constants
-    held = [r for r in rows if r["corpus"] in args.held_out]
-    train = [r for r in rows if r["corpus"] not in args.held_out]
-    names = sorted({r["row"] for r in train})
-    random.Random(1).shuffle(names)
+    rows, base, held, train = load_runs(args, all_family_samples)
     folds = max(2, args.folds or 5)
-    cv = {"refit": [], "shipped": []}
-    for k in range(folds):
-        out_rows = set(names[k::folds])
-        fit_rows = [r for r in train if r["row"] not in out_rows]
-        test = [r for r in train if r["row"] in out_rows]
-        cv["refit"].append(judge_all(test, fit_all(fit_rows, base)))
-        cv["shipped"].append(judge_all(test, base))
-
-    def total(js):
-        n = sum(j["rows"] for j in js)
-        return {"rows": n, "within_5pct": sum(j["within_5pct"] for j in js),
-                "geomean_pick_over_best": math.exp(sum(j["rows"] * math.log(j["geomean_pick_over_best"]) for j in js if j["rows"]) / n)}  # fmt: skip
-
+    refit, shipped = [], []
+    for fit_rows, test in k_folds(train, folds):
+        refit.append(judge_all(test, fit_all(fit_rows, base)))
+        shipped.append(judge_all(test, base))
     consts = fit_all(train, base)
     doc = {"product_run": args.product, "held_out": args.held_out, "samples": len(rows), "train_samples": len(train),
-           "cross_validated": {"folds": folds, "refit": total(cv["refit"]), "shipped": total(cv["shipped"])},
+           "cross_validated": {"folds": folds, "refit": total(refit), "shipped": total(shipped)},
            "fitted_on_train": {n: consts[M.TERMS.index(n)] for n in FIT_ALL},
            "shipped": {n: base[M.TERMS.index(n)] for n in FIT_ALL}}  # fmt: skip
     if held:
@@ -242,31 +209,53 @@ def judge_against_old(rows: list[dict], model: M.CostModel) -> dict:
     return {"rows": len(by_row), "within_5pct": within, "geomean_pick_over_best": geo, "takes_tma": takes}
 
 
-def cross_validate(rows: list[dict], base: tuple, folds: int, seed: int = 1) -> dict:
-    """K folds by row (every timing of a row in one fold): fitted on the other folds, the pick
-    among each held-out row's timed launches, refit against the shipped constants."""
+def k_folds(rows: list[dict], folds: int, seed: int = 1):
+    """(fit rows, judged rows) of each of ``folds`` folds by row (all timings of a row in one fold)."""
     import random
 
     names = sorted({r["row"] for r in rows})
     random.Random(seed).shuffle(names)
-    out = {"refit": [], "shipped": []}
     for k in range(folds):
         held = set(names[k::folds])
-        train = [r for r in rows if r["row"] not in held]
-        test = [r for r in rows if r["row"] in held]
-        out["refit"].append(judge_against_old(test, model_with(base, fit(train, base))))
-        out["shipped"].append(judge_against_old(test, M.CostModel("sm_90", base)))
-
-    def total(js):
-        n = sum(j["rows"] for j in js)
-        return {"rows": n, "within_5pct": sum(j["within_5pct"] for j in js),
-                "geomean_pick_over_best": math.exp(sum(j["rows"] * math.log(j["geomean_pick_over_best"]) for j in js if j["rows"]) / n)}  # fmt: skip
-
-    return {"folds": folds, "seed": seed, "refit": total(out["refit"]), "shipped": total(out["shipped"])}
+        yield [r for r in rows if r["row"] not in held], [r for r in rows if r["row"] in held]
 
 
-def fit(rows: list[dict], base: tuple) -> dict:
-    idx = [M.TERMS.index(n) for n in FIT]
+def total(judged: list[dict]) -> dict:
+    """Folds' judgements summed: rows, rows within 5%, geomean of pick / best over all rows."""
+    n = sum(j["rows"] for j in judged)
+    return {"rows": n, "within_5pct": sum(j["within_5pct"] for j in judged),
+            "geomean_pick_over_best": math.exp(sum(j["rows"] * math.log(j["geomean_pick_over_best"]) for j in judged if j["rows"]) / n)}  # fmt: skip
+
+
+def cross_validate(rows: list[dict], base: tuple, folds: int, seed: int = 1) -> dict:
+    """K folds by row: fitted on the other folds, the pick among each held-out row's timed
+    launches, refit against the shipped constants."""
+    refit, shipped = [], []
+    for train, test in k_folds(rows, folds, seed):
+        refit.append(judge_against_old(test, model_with(base, fit(train, base))))
+        shipped.append(judge_against_old(test, M.CostModel("sm_90", base)))
+    return {"folds": folds, "seed": seed, "refit": total(refit), "shipped": total(shipped)}
+
+
+def load_runs(args, samples_of) -> tuple:
+    """(every sample, built-in constants, held-out samples, the rest) of the --product runs, each
+    row named by run (a row timed in several runs contributes each run's timings)."""
+    from skwgrad.cache.store import Cache
+
+    cache = Cache(args.cache, create=False)
+    rows = []
+    for path in args.product:
+        run = Path(path).stem
+        rows += [dict(r, row=f"{run}:{r['row']}") for r in samples_of(read_json(path), cache, stale_wide_dw=path in args.stale_wide_dw)]
+    held = [r for r in rows if r["corpus"] in args.held_out]
+    return rows, M.builtin("sm_90").constants, held, [r for r in rows if r["corpus"] not in args.held_out]
+
+
+def fit_some(rows: list[dict], base: tuple, names) -> tuple:
+    """The constants ``names`` fitted (non-negative least squares on relative error,
+    ranking-weighted per row), every other constant held at ``base``: (fitted values in ``names``
+    order, whether some timing exercised each)."""
+    idx = [M.TERMS.index(n) for n in names]
     fixed = np.array(base, dtype=float)
     fixed[idx] = 0.0
     a = np.array([[r["terms"].values[i] for i in idx] for r in rows])
@@ -278,7 +267,11 @@ def fit(rows: list[dict], base: tuple) -> dict:
     norm = np.abs(a_s).max(axis=0)
     norm[norm == 0] = 1.0
     x = M.nnls(a_s / norm, (y - rest) * scale) / norm
-    return dict(zip(FIT, (float(v) for v in x)))
+    return [float(v) for v in x], list((np.abs(a) > 0).any(axis=0))
+
+
+def fit(rows: list[dict], base: tuple) -> dict:
+    return dict(zip(FIT, fit_some(rows, base, FIT)[0]))
 
 
 def model_with(base: tuple, consts: dict) -> M.CostModel:
@@ -305,17 +298,7 @@ def judge(rows: list[dict], model: M.CostModel) -> dict:
 
 
 def main_product(args):
-    from skwgrad.cache.store import Cache
-
-    cache = Cache(args.cache, create=False)
-    rows = []
-    for path in args.product:  # a row timed in several runs contributes each run's timings
-        run = Path(path).stem
-        doc = read_json(path)
-        rows += [dict(r, row=f"{run}:{r['row']}") for r in product_samples(doc, cache, stale_wide_dw=path in args.stale_wide_dw)]
-    base = M.builtin("sm_90").constants
-    held = [r for r in rows if r["corpus"] in args.held_out]
-    train = [r for r in rows if r["corpus"] not in args.held_out]
+    rows, base, held, train = load_runs(args, product_samples)
     consts = fit(train, base)
     shipped = M.CostModel("sm_90", base)
     out = {"product_run": args.product, "held_out": args.held_out, "samples": len(rows), "train_samples": len(train),

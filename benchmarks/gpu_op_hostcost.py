@@ -96,21 +96,26 @@ def main():
     Path(a.out).write_text(json.dumps(doc, indent=1))
 
 
+def stack_model(spec: str, *, seed: int):
+    """LAYERS,N,C,H: LAYERS Conv2d(C, C, 1) + ReLU, channels last, and an N x C x H x H input."""
+    from torch import nn
+
+    layers, n, c, h = (int(v) for v in spec.split(","))
+    torch.manual_seed(seed)
+    ref = nn.Sequential(*[m for _ in range(layers) for m in (nn.Conv2d(c, c, 1, bias=False), nn.ReLU())]).cuda()
+    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last)
+    return ref.to(memory_format=torch.channels_last), x, layers
+
+
 def check_stack(spec: str) -> dict:
     """The stack's weight gradients, patched against unpatched, eager and under torch.compile
     (default mode), from the same weights and input: the forwards run the same kernels, so dW is
     the only difference (a leaf). Relative norm error per layer, and who computed each dW."""
     import copy
 
-    from torch import nn
-
     import skwgrad.torch as st
 
-    layers, n, c, h = (int(v) for v in spec.split(","))
-    torch.manual_seed(1)
-    ref = nn.Sequential(*[m for _ in range(layers) for m in (nn.Conv2d(c, c, 1, bias=False), nn.ReLU())]).cuda()
-    ref = ref.to(memory_format=torch.channels_last)
-    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last)
+    ref, x, _ = stack_model(spec, seed=1)
     out = {"spec": spec}
     for mode in ("eager", "compiled"):
         grads = {}
@@ -133,15 +138,9 @@ def compiled_stack(spec: str, steps: int = 200) -> dict:
     forward + backward per step, torch.compile (default mode), unpatched then patched."""
     import copy
 
-    from torch import nn
-
     import skwgrad.torch as st
 
-    layers, n, c, h = (int(v) for v in spec.split(","))
-    torch.manual_seed(0)
-    ref = nn.Sequential(*[m for _ in range(layers) for m in (nn.Conv2d(c, c, 1, bias=False), nn.ReLU())]).cuda()
-    ref = ref.to(memory_format=torch.channels_last)
-    x = torch.randn(n, c, h, h, device="cuda").contiguous(memory_format=torch.channels_last)
+    ref, x, layers = stack_model(spec, seed=0)
     out = {"spec": spec}
     for name in ("unpatched", "patched"):
         m = copy.deepcopy(ref)
