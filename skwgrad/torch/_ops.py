@@ -1,6 +1,6 @@
 """The PyTorch ops behind ``skwgrad.torch`` (imported on first use; needs torch).
 
-Two custom ops, both opaque to torch.compile (no graph break) and traced through their fakes:
+Two ops, opaque to the tracers (no graph break) and traced through their fakes:
 
 - ``skwgrad::conv_weight_grad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype,
   name)``: dW shaped like the weight ``(K, C/groups, [Z,] Y, X)``, dtype ``dw_dtype`` (default:
