@@ -1,0 +1,220 @@
+"""The depthwise ``fused`` epilogue against the two-launch epilogue it replaces, in one pass.
+
+    python benchmarks/gpu_fused_ab.py --cache CACHE --corpus SHAPES.csv [--corpus ...] --out ab.json
+
+Per depthwise row (C = K = 1 per group) the cache serves, in one process on one device, timed the same
+way (median of ``--iters`` event-timed launches behind a stream hold, ``--rounds`` rounds interleaved):
+- ``auto``: ``choose`` (no tuned records), which takes ``fused`` where the cache has it;
+- ``twin``: the same kernel configuration and split degree with the epilogue auto took before
+  ``fused`` existed (``workspace`` + Stage-2 for a dW in the input dtype, ``atomic`` + the dW
+  memset for fp32 dW);
+- ``before``: what auto picks when ``fused`` is not allowed (its split degree may differ from the
+  twin's: the degree rule prices the kernel's occupancy);
+- ``fused_ks<n>``: the fused kernel at the other split degrees the search tries;
+- cuDNN (``aten.convolution_backward``, channels last, benchmark mode).
+Plus the host-bound loop of each plan's ``launch`` on device pointers (``launch_wall_us``: wall time
+per call of back-to-back launches, synchronized at the end: one driver call fewer for fused) and the
+user's call end to end (``skwgrad.wgrad``, host included) on 16-bit rows. Every timed launch is
+checked first against the float64 reference with dW and the workspace poisoned, and the zeroed
+arena is read back (the fused kernel must leave its replica and counters zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def _geo(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def entrants_of(p, cache, arch, cus, occ):
+    from skwgrad.launcher.plan import Kernel
+    from skwgrad.launcher.select import Choice, _dwconv_search_ks, choose, find_stage2
+
+    auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
+    out = {"auto": auto}
+    old = "workspace" if p.dw_dtype == p.dtype != "fp32" else "atomic"
+    stage2 = find_stage2(cache, arch, p.dw_dtype)
+    if auto.spec.family == "dwconv" and auto.spec.variant == "fused":
+        want = dataclasses.replace(auto.spec, variant=old)
+        e = next((e for e in cache.find(arch, family="dwconv") if e.spec == want), None)
+        if e is not None:
+            out["twin"] = Choice(Kernel.from_entry(e, cache), ks_count=auto.ks_count, stage2=stage2 if old == "workspace" else None,
+                                 reason="twin")  # fmt: skip
+        try:
+            out["before"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, streamk="off", reduction=old)
+        except Exception:  # noqa: BLE001
+            pass
+        for n in _dwconv_search_ks(p, auto.kernel, cus):
+            if n != auto.ks_count:
+                out[f"fused_ks{n}"] = dataclasses.replace(auto, ks_count=n, reason="search")
+    return out
+
+
+def launch_wall_us(pl, bufs, iters):
+    """Wall time per call of back-to-back ``launch`` calls (host-bound on small rows)."""
+    be = pl.backend
+    for _ in range(5):
+        pl.launch(bufs.dy, bufs.x, bufs.dw)
+    be.stream_synchronize(0)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        pl.launch(bufs.dy, bufs.x, bufs.dw)
+    be.stream_synchronize(0)
+    return (time.perf_counter() - t0) / iters * 1e6
+
+
+def run_row(p, name, backend, cache, occ, hold, *, rounds, iters, seed):
+    from gpu_tma_auto import end_to_end
+
+    from skwgrad.launcher.baseline import cudnn_time
+    from skwgrad.launcher.hostdata import DeviceInputs
+    from skwgrad.reference import relative_error, tolerance, wgrad_reference
+
+    entrants = entrants_of(p, cache, backend.arch, backend.compute_units, occ)
+    ident = lambda c: (c.kernel.key, c.ks_count)  # noqa: E731
+    uniq, alias = {}, {}
+    for k, c in entrants.items():
+        same = next((u for u, uc in uniq.items() if ident(uc) == ident(c)), None)
+        if same is None:
+            uniq[k] = c
+        else:
+            alias[k] = same
+    bufs = DeviceInputs.random(p, backend, seed=seed)
+    out = {"name": name, "problem": p.describe(), "rows": {}}
+    try:
+        ref = wgrad_reference(p, bufs.x64, bufs.dy64)
+        tol = tolerance(p.dtype, p.dw_dtype, p.precision)
+        plans = {}
+        for k, c in uniq.items():
+            rec = {"kernel": c.kernel.label, "variant": c.spec.variant, "ks": c.ks_count}
+            try:
+                pl = c.plan(p, backend)
+                errs = []
+                for _ in range(3):  # three poisoned launches: the fused kernel's counters must restart at zero each time
+                    pl.poison(dw=bufs.dw)
+                    pl.launch(bufs.dy, bufs.x, bufs.dw)
+                    errs.append(relative_error(bufs.read_dw(), ref))
+                left = pl.zeroed_bytes_nonzero()
+                rec.update(rel_err=max(errs), tol=tol, zeroed_left_nonzero=left, ok=bool(max(errs) <= tol and left == 0), grid=pl.grid)
+                if rec["ok"]:
+                    plans[k] = pl
+            except Exception as e:  # noqa: BLE001
+                rec["error"] = f"{type(e).__name__}: {e}"[:300]
+            out["rows"][k] = rec
+        times = {k: [] for k in plans}
+        order = list(plans)
+        for i in range(rounds):
+            for k in order[i % len(order) :] + order[: i % len(order)]:
+                times[k].append(plans[k].time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=iters, hold=hold)["median_us"])
+        for k, v in times.items():
+            out["rows"][k]["us"] = statistics.median(v)
+            out["rows"][k]["launch_wall_us"] = launch_wall_us(plans[k], bufs, iters)
+        for k, same in alias.items():
+            out["rows"][k] = dict(out["rows"][same], same_as=same)
+        out["cudnn_us"], out["cudnn_note"] = cudnn_time(p, backend, iters=iters, seed=seed)
+        out["host"] = end_to_end(p, iters=iters) if p.dtype != "fp32" and "auto" in plans else None
+    finally:
+        bufs.free()
+    r = out["rows"]
+    t = lambda k: r.get(k, {}).get("us")  # noqa: E731
+    out["auto_us"], out["twin_us"], out["before_us"] = t("auto"), t("twin"), t("before")
+    fused = [t(k) for k in r if (k == "auto" or k.startswith("fused_ks")) and t(k) and r[k]["variant"] == "fused"]
+    out["fused_best_us"] = min(fused) if fused else None
+    out["all_ok"] = all(x.get("ok") for x in r.values())
+    return out
+
+
+def summarize(rows):
+    def ratio(a, b):
+        return [r[b] / r[a] for r in rows if r.get(a) and r.get(b)]
+
+    s = {
+        "rows": len(rows),
+        "fused_rows": sum(1 for r in rows if r["rows"].get("auto", {}).get("variant") == "fused"),
+        "all_ok": all(r["all_ok"] for r in rows),
+        "twin_over_auto_geomean": _geo(ratio("auto_us", "twin_us")),  # > 1: fused faster at the same kernel and degree
+        "before_over_auto_geomean": _geo(ratio("auto_us", "before_us")),  # > 1: auto now faster than auto before
+        "auto_vs_cudnn_geomean": _geo(ratio("auto_us", "cudnn_us")),
+        "before_vs_cudnn_geomean": _geo(ratio("before_us", "cudnn_us")),
+        "fused_best_over_auto": _geo(ratio("auto_us", "fused_best_us")),  # < 1: another split degree was faster
+        "auto_at_1p5x_cudnn": sum(1 for r in rows if r.get("auto_us") and r.get("cudnn_us") and r["cudnn_us"] / r["auto_us"] >= 1.5),
+        "auto_min_vs_cudnn": min((r["cudnn_us"] / r["auto_us"] for r in rows if r.get("auto_us") and r.get("cudnn_us")), default=None),
+    }
+    walls = [(r["rows"]["twin"]["launch_wall_us"], r["rows"]["auto"]["launch_wall_us"]) for r in rows
+             if r["rows"].get("twin", {}).get("launch_wall_us") and r["rows"].get("auto", {}).get("launch_wall_us")]  # fmt: skip
+    s["launch_wall_twin_over_auto_geomean"] = _geo([a / b for a, b in walls])
+    hosts = [r["host"] for r in rows if r.get("host")]
+    s["end_to_end_api_vs_torch_geomean"] = _geo([h["torch_wall_us"] / h["api_wall_us"] for h in hosts])
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--corpus", action="append", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="", help="the commit the tree is at (recorded)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting rows after this many seconds")
+    a = ap.parse_args()
+    import csv
+
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    from compare_auto_tuned import timing_device
+
+    from skwgrad.abi.conv import from_row
+    from skwgrad.cache.store import Cache
+
+    backend, occ, hold = timing_device()
+    cache = Cache(a.cache)
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": a.commit, "device": backend.device_name, "cus": backend.compute_units,
+           "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "script": "benchmarks/gpu_fused_ab.py",
+           "corpus": a.corpus, "rounds": a.rounds, "iters": a.iters, "rows": []}  # fmt: skip
+    t0 = time.time()
+    for path in a.corpus:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                p = from_row(row)
+                if (p.c, p.k) != (1, 1) or p.g == 1:
+                    continue
+                if time.time() - t0 > a.budget_s:
+                    print(f"budget: stopped before {row['name']}", flush=True)
+                    break
+                try:
+                    r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=a.seed)
+                except Exception as e:  # noqa: BLE001  (recorded; the row counts as failed)
+                    r = {"name": row["name"], "problem": p.describe(), "error": f"{type(e).__name__}: {e}"[:300], "all_ok": False, "rows": {}}
+                r["set"] = Path(path).stem
+                doc["rows"].append(r)
+                g = lambda k: r.get(k) or float("nan")  # noqa: E731
+                print(f"{row['name'][:46]:46s} auto {g('auto_us'):7.1f} twin {g('twin_us'):7.1f} before {g('before_us'):7.1f} "
+                      f"fbest {g('fused_best_us'):7.1f} cudnn {g('cudnn_us'):7.1f} ok={r['all_ok']} {r.get('error', '')[:80]}", flush=True)  # fmt: skip
+                Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    rows = doc["rows"]
+    doc["summary"] = summarize(rows)
+    doc["summary_by_set"] = {s: summarize([r for r in rows if r["set"] == s]) for s in dict.fromkeys(r["set"] for r in rows)}
+    Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    print("summary", json.dumps(doc["summary"]))
+
+
+if __name__ == "__main__":
+    main()
