@@ -1,5 +1,8 @@
 """The depthwise ``fused`` epilogue against the two-launch epilogue it replaces, in one pass.
 
+Run W2 (session 18) measured it 10% slower than the epilogue it replaces (benchmarks/RESULTS.md), so
+the variant was taken out again: this script runs against a tree at fd91737, where it exists.
+
     python benchmarks/gpu_fused_ab.py --cache CACHE --corpus SHAPES.csv [--corpus ...] --out ab.json
 
 Per depthwise row (C = K = 1 per group) the cache serves, in one process on one device, timed the same

@@ -17,7 +17,6 @@ import sys
 import click
 
 from skwgrad import clikit
-from skwgrad.abi import policy
 from skwgrad.errors import EXIT_ENVIRONMENT, SkwgradError
 
 _LAZY = {
@@ -111,7 +110,7 @@ def parse_tile(text: str) -> tuple[int, int, int]:
 
 
 STREAMK_CHOICES = ("auto", "dp_sk", "persistent", "off")
-REDUCTION_CHOICES = policy.REDUCTION_CHOICES
+REDUCTION_CHOICES = ("auto", "linear", "tree", "atomic", "workspace", "direct", "two_stage")
 
 
 @main.command()
@@ -122,7 +121,7 @@ REDUCTION_CHOICES = policy.REDUCTION_CHOICES
 @click.option("--streamk", type=click.Choice(STREAMK_CHOICES), default="auto", show_default=True,
               help="auto: the launcher's selection; dp_sk/persistent: that stream-K mode; off: split-K")  # fmt: skip
 @click.option("--reduction", "reduction", type=click.Choice(REDUCTION_CHOICES), default="auto", show_default=True,
-              help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage|workspace (depthwise also fused); auto: the selection's")  # fmt: skip
+              help="stream-K: linear|tree|atomic|workspace; split-K: direct|atomic|two_stage|workspace; auto: the selection's")  # fmt: skip
 @click.option("--streamk-ctas", type=clikit.IntRange32(), default=-1, show_default=True, help="stream-K pool; -1 = the selection's")
 @click.option("--ks-count", type=clikit.IntRange32(min=1), default=None, help="split-K degree (default: the selection's)")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,

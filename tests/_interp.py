@@ -30,8 +30,7 @@ def check_dwconv_cases(cases, results) -> None:
 
     for cid, problem, sp, ks in cases:
         p = parse_problem(problem)
-        geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks, mode=sp["mode"],
-                              flags_per_cta=KernelSpec(**sp).flags_per_cta(32) or None)  # fmt: skip
+        geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks, mode=sp["mode"])
         assert results[cid]["ks_count"] == geo.ks_count == ks, cid
         KernelSpec(**sp).check_problem(p)
 

@@ -56,10 +56,7 @@ def run(case):
         return arena[r.arena][r.offset // 4 :].view(dtype)
 
     args = {"dy": dy, "x": x, "dw": dw, "ws_bytes": 0, **geo.scalars}
-    regions = {r.name for r in lay.regions}
-    args["ws_ptr"] = buf("replicas") if "replicas" in regions else scratch
-    # the fused epilogue's arrival counters (zeroed arena); a reserved slot of the other variants
-    args["ws_counts"] = buf("counts", torch.int32) if "counts" in regions else scratch.view(torch.int32)
+    args["ws_ptr"] = buf("replicas") if lay.needs_stage2 else scratch
     if "sk_flags" in spec.kernarg_decl.names:
         args["sk_flags"] = buf("flags", torch.int32)
         args["sk_partials"] = buf("partials")

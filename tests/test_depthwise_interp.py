@@ -5,8 +5,7 @@ never writes, or a split whose replica is never stored, shows up as NaN and fail
 Shapes are tiny (the interpreter is slow) but reach every path: 3x3 / 5x5 / 7x7 / 3-D filters,
 stride 2, dilation 2, asymmetric padding, channel blocks past G (partial), channel vectors of
 1, 2, 4 and 8, row steps that carry into n every step, and the four epilogues (direct, atomic into
-fp32 dW, two-stage into f32 replicas + Stage-2, workspace: atomics into one f32 replica + Stage-2) and
-fused (the workspace adds, cast by each tile's last split) at fp16, bf16 and fp32 with dW in the input dtype
+fp32 dW, two-stage into f32 replicas + Stage-2, workspace: atomics into one f32 replica + Stage-2) at fp16, bf16 and fp32 with dW in the input dtype
 and in fp32. Also the packed-group family (``grouped``: GB groups block-diagonal in one MMA tile)
 on g = 2, 4, 8 shapes, 2-D and 3-D, every epilogue. The zeroed arena starts zero (as the launcher
 keeps it) and must be zero again after Stage-2. Runs through tests/_interp_runner.py, the
@@ -17,7 +16,6 @@ import pytest
 
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.launch import dwconv_geometry, grouped_geometry
-from skwgrad.abi.spec import KernelSpec
 from _interp import run_interpreter  # noqa: E402
 
 
@@ -63,10 +61,6 @@ CASES = [
      spec("atomic", "fp16", "fp32", taps=32, br=4, sd=3, mode="taps"), 2),
     ("taps_inner_7x7_fp16_workspace_vec1", dw(6, "h=8,w=9,y=7,x=7,padding=3,dilation=1,dtype=fp16"),
      spec("workspace", "fp16", vec=1, bc=4, taps=64, br=4, mode="taps"), 3),
-    # fused: the workspace adds, then the last split of each (partial) channel block casts the
-    # replica into dW and resets it and the arrival counters (zeroed arena checked below)
-    ("3x3_s2_bf16_fused_partial_block", dw(40, "h=9,w=7,y=3,x=3,stride=2,padding=1,dtype=bf16"), spec("fused", "bf16", bc=32), 5),
-    ("5x5_fp32_fused_vec4", dw(12, "h=7,w=8,y=5,x=5,padding=2,dtype=fp32,dw_dtype=fp32"), spec("fused", "fp32", vec=4, bc=8, taps=32), 3),
     # grouped, GB groups per tile (block-diagonal): G/GB packed tiles, partial packed M and N tiles
     ("grouped_g8_c4_fp16_two_stage", "n=2,c=32,k=32,g=8,h=7,w=6,y=3,x=3,padding=1,dtype=fp16", gspec("two_stage"), 3),
     ("grouped_g2_c8k16_s2_fp16_dwfp32_atomic", "n=2,c=16,k=32,g=2,h=6,w=6,y=3,x=3,padding=1,stride=2,dtype=fp16,dw_dtype=fp32",
@@ -95,7 +89,7 @@ def test_depthwise_interpreter_numerics(results, case):
     r = results[case]
     assert r["label"].startswith(("dwconv_", "grouped_"))
     assert r["rel_err"] <= r["tol"], r
-    assert r["zeroed_left_nonzero"] == 0, r  # Stage-2 / the last split reset the replica and counters (zero at rest)
+    assert r["zeroed_left_nonzero"] == 0, r  # Stage-2 reset the workspace replica (zero at rest)
 
 
 def test_cases_cover_what_they_claim(results):
@@ -106,17 +100,16 @@ def test_cases_cover_what_they_claim(results):
         if sp["family"] == "grouped":
             geo = grouped_geometry(p, sp["variant"], gb=sp["block"], bm=sp["bm"], bn=sp["bn"], bk=sp["bk"], ks_count=ks)
         else:
-            geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks,
-                                  flags_per_cta=KernelSpec(**sp).flags_per_cta(32) or None)  # fmt: skip
+            geo = dwconv_geometry(p, sp["variant"], bc=sp["bm"], taps=sp["bn"], br=sp["bk"], ks_count=ks)
         assert r["ks_count"] == geo.ks_count == ks, cid  # the split count asked for is the one run
     # partial channel blocks: G is not a multiple of BC
     for cid in ("3x3_fp16_two_stage_partial_block", "5x5_s2_fp32_atomic", "3x3_dil2_fp16_dwfp32_two_stage_vec1",
-                "3x3_s2_fp16_workspace_partial_block", "3x3_s2_bf16_fused_partial_block"):
+                "3x3_s2_fp16_workspace_partial_block"):
         _, problem, sp, _ = by_id[cid]
         assert parse_problem(problem).g % sp["bm"], cid
     assert {c[2]["dtype"] for c in CASES} == {"fp16", "bf16", "fp32"}
-    assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace", "fused"}
+    assert {c[2]["variant"] for c in CASES} == {"direct", "atomic", "two_stage", "workspace"}
     assert {c[2]["vec_c"] for c in CASES if c[2]["family"] == "dwconv"} == {1, 2, 4, 8}
     assert {c[2]["mode"] for c in CASES if c[2]["family"] == "dwconv"} == {"", "taps"}
     assert {c[2]["variant"] for c in CASES if c[2]["family"] == "grouped"} == {"direct", "atomic", "two_stage", "workspace"}
-    assert all(results[c[0]]["zeroed_bytes"] >= 4 * results[c[0]]["dw_numel"] for c in CASES if c[2]["variant"] in ("workspace", "fused"))
+    assert all(results[c[0]]["zeroed_bytes"] >= 4 * results[c[0]]["dw_numel"] for c in CASES if c[2]["variant"] == "workspace")

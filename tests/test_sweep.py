@@ -207,8 +207,7 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
             # but 32 for the wave32 7x7 stride-1 kernel (H200 runs U3 and U4: 8 channels a thread)
             wave = get_arch(arch).wave_size
             channels = 32 if wave == 64 or s.mode == "win7" else 16
-            # the split epilogue, and fused (the same split in one launch)
-            return (s.vec_c == w and (s.mode, s.bk) == want and s.variant in (split, "fused") and s.spatial_dims == 2
+            return (s.vec_c == w and (s.mode, s.bk) == want and s.variant == split and s.spatial_dims == 2
                     and s.bm == channels)  # fmt: skip
         shape_ok = (s.spatial_dims == 2 and s.vec_c in (1, w)) or (s.spatial_dims == 3 and s.vec_c == w and s.bn == 32)
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
@@ -293,8 +292,7 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
     # (+30 sm_90, +28 gfx942, +29 gfx950: the split-K workspace twins; the grouped ones are counted below)
     assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 275, "gfx950": 278, "sm_90": 299}
     assert Counter(it.arch for it in default_all if it.spec.family == "grouped" and it.spec.variant == "workspace") == {a: 12 for a in ARCHES}
-    # + window kernels (5 dW sets x 3 widths x stride 1, 2, + 3-wide dilation 2), each with the split epilogue and fused
-    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 2 * 35 for a in ARCHES)
+    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 35 for a in ARCHES)  # + window kernels (5 dW sets x 3 widths x stride 1, 2, + 3-wide dilation 2)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
     assert {(s.bm, s.bn) for s in specs(default_all) if s.family in dense} <= {(s.bm, s.bn) for s in specs(broad_all)}

@@ -113,17 +113,6 @@ def test_workspace_reduction(family, ks):
     assert not w.zero_dw
 
 
-def test_fused_layout_holds_the_replica_and_the_arrival_counters():
-    w = workspace_layout("dwconv", "fused", dw_numel=DW, flags_per_cta=128, tiles=7)
-    rep, cnt = w.region("replicas"), w.region("counts")
-    # both are added to during the launch and reset by the kernel itself: the zeroed arena, no
-    # Stage-2, no dW zeroing; the counters follow the replica without overlapping it
-    assert (rep.arena, rep.offset, rep.nbytes) == ("zeroed", 0, 4 * DW)
-    assert (cnt.arena, cnt.offset, cnt.nbytes) == ("zeroed", roundup(4 * DW), flags_bytes(7, 128))
-    assert w.arena_bytes("zeroed") == cnt.offset + cnt.nbytes and w.arena_bytes("scratch") == 0
-    assert not (w.zero_dw or w.needs_stage2 or w.stage2_reset)
-
-
 def test_region_lookup_refuses_unknown():
     w = workspace_layout("wgrad_sk", "workspace", dw_numel=DW)
     with pytest.raises(KeyError, match="wgrad_sk/workspace workspace has no 'flags' region"):
@@ -140,10 +129,7 @@ def test_region_lookup_refuses_unknown():
         ("wgrad_sk", "linear", dict(bm=16, bn=16, sk_ctas=4, flags_per_cta=0), "flags_per_cta > 0"),
         ("wgrad", "linear", {}, "unknown split-K epilogue 'linear'"),
         ("wgrad_sk", "two_stage", {}, "unknown stream-K reduction 'two_stage'"),
-        ("stage2", "reduce", {}, "family 'stage2' has no 'reduce' workspace layout"),
-        ("dwconv", "fused", dict(tiles=3), "a fused layout needs the kernel's flags_per_cta"),
-        ("dwconv", "fused", dict(flags_per_cta=128), "needs the launch's tiles > 0"),
-        ("wgrad", "fused", {}, "unknown split-K epilogue 'fused'"),
+        ("stage2", "reduce", {}, "family 'stage2' has no workspace layout"),
     ],
 )
 def test_layout_refusals(family, variant, kw, match):

@@ -315,13 +315,7 @@ class Packer:
 # BK slices) and ks_count. Nothing is appended. ``workspace``: atomics into one f32 replica (zero
 # at rest), then the Stage-2 reduce over that one replica: a split-K degree in the hundreds costs
 # no long Stage-2 loop.
-# ``fused`` (depthwise only): the workspace epilogue with its Stage-2 in the kernel. Every split adds
-# into one f32 replica in the zeroed arena and counts its arrival on per-lane counters of its tile
-# (``ws_counts``, zeroed arena, ``KernelSpec.flags_per_cta`` per tile); the tile's last split casts
-# the replica into dW and stores zeros back into it and the counters. One launch, any dW dtype,
-# nothing zeroed per launch; not deterministic (atomics).
-FUSED = "fused"
-DWCONV_VARIANTS = (*SPLITK_EPILOGUES, FUSED)
+DWCONV_VARIANTS = SPLITK_EPILOGUES
 GROUPED_VARIANTS = SPLITK_EPILOGUES
 
 
@@ -329,10 +323,7 @@ def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
     allowed = DWCONV_VARIANTS if family == "dwconv" else GROUPED_VARIANTS
     if variant not in allowed:
         raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(allowed)}")
-    args = _prefix(workspace=variant in (*WORKSPACE_VARIANTS, FUSED))
-    if family == "dwconv":
-        args.append(Arg("ws_counts", "ptr", "i32", reserved=variant != FUSED))
-    return args
+    return _prefix(workspace=variant in WORKSPACE_VARIANTS)
 
 
 # -- TMA im2col family (``wgrad_tma``: skwgrad/aot/kernels/tma.py, sm_90 only) ---------------------

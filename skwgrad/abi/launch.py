@@ -79,7 +79,7 @@ def launch_geometry(
     ``taps_per_tile`` the spec's block of the grouped / wgrad_tma families."""
     kernargs.declaration(family, variant)  # known family/variant
     if family == "dwconv":
-        return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count, mode=mode, flags_per_cta=flags_per_cta)
+        return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count, mode=mode)
     if family == "wgrad_tma":
         if bool(mode) != (pool > 0):
             raise AbiError(f"a persistent or stream-K wgrad_tma launch takes a CTA pool > 0, a one-CTA-per-unit one none "
@@ -277,11 +277,10 @@ def _dwconv_win_cost(problem: ConvProblem, t: Tiling, win: DwWindow, *, bc: int,
 
 
 def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, br: int, ks_count: int,
-                    mode: str = "", flags_per_cta: int | None = None) -> LaunchGeometry:  # fmt: skip
+                    mode: str = "") -> LaunchGeometry:  # fmt: skip
     """Resolve one dwconv launch (``ks_count`` from ``dwconv_ks_count`` or the caller). A window
     kernel's ``ks_count`` past its steps is clamped to them (a caller sizing it by the gather
-    rule, which counts steps of rows, not of strips, asks for more). ``flags_per_cta``: the
-    kernel's arrival counters per tile (``KernelSpec.flags_per_cta``), which ``fused`` needs."""
+    rule, which counts steps of rows, not of strips, asks for more)."""
     kernargs.declaration("dwconv", variant)
     if (problem.c, problem.k) != (1, 1):
         raise ProblemError(f"dwconv is depthwise (C = K = 1 per group); the problem has C = {problem.c}, K = {problem.k}")
@@ -298,18 +297,14 @@ def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, b
     grid = tiling.num_tiles * ks_count
     if grid > kernargs.I32_MAX:
         raise ProblemError(f"grid of {grid} CTAs is too large")
-    # the split-K layouts (workspace: one f32 replica, zero at rest, that Stage-2 resets), and the
-    # family's own fused one (the replica and the tiles' arrival counters, reset by the kernel)
-    if variant == kernargs.FUSED:
-        ws = workspace_layout("dwconv", variant, dw_numel=problem.dw_numel, flags_per_cta=flags_per_cta, tiles=tiling.num_tiles)
-    else:
-        ws = dataclasses.replace(workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count), family="dwconv")
+    # the split-K layouts (workspace: one f32 replica, zero at rest, that Stage-2 resets)
+    ws = dataclasses.replace(workspace_layout("wgrad", variant, dw_numel=problem.dw_numel, ks_count=ks_count), family="dwconv")
     if ws.replicas and ws.replicas * problem.dw_numel > kernargs.I32_MAX:
         raise ProblemError(f"{ws.replicas} f32 replicas of dW ({problem.dw_numel} elements) overflow 32-bit offsets; use fewer splits")
     scalars = dict(kernargs.problem_scalars(problem))
     scalars["ks_iters"] = ks_iters
     scalars["ks_count"] = ks_count
-    if not kernargs.declaration("dwconv", variant).args[kernargs.WS_INDEX].reserved:
+    if variant in ("two_stage", "workspace"):
         ws_bytes = ws.region("replicas").nbytes
         if ws_bytes > kernargs.I32_MAX:
             raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-from skwgrad.abi.kernargs import DWCONV_VARIANTS, SK_REDUCTIONS
+from skwgrad.abi.kernargs import SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.streamk import MODES
 
 STREAMK_CHOICES = ("auto", "off", *MODES)
-# every reduction a request may name: stream-K's, and the split-K epilogues (the depthwise family's
-# are the dense ones plus ``fused``)
-REDUCTION_CHOICES = ("auto", *dict.fromkeys((*SK_REDUCTIONS, *DWCONV_VARIANTS)))
+REDUCTION_CHOICES = ("auto", *dict.fromkeys((*SK_REDUCTIONS, *SPLITK_EPILOGUES)))
 SK_MIN_ITERS = 256  # "a long reduction": iterations per tile at or above this (the SPEC's rule; plan's report)
 # The search space of selection: split-K degrees giving this many CTAs per CU over the tiles, and
 # stream-K pools of this many CTAs per CU (waiting reductions: only as many as are co-resident).
@@ -20,5 +18,5 @@ AUTO_SK_REDUCTIONS = ("workspace", "linear", "tree", "atomic")
 # Reductions of one side only; atomic and workspace are both a stream-K reduction and a split-K
 # epilogue, so a request naming them may take either family.
 SK_ONLY = ("linear", "tree")
-SPLITK_ONLY = ("direct", "two_stage", "fused")
+SPLITK_ONLY = ("direct", "two_stage")
 DETERMINISTIC_REDUCTIONS = frozenset({"linear", "tree", "direct", "two_stage"})

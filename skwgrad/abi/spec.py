@@ -163,9 +163,8 @@ class KernelSpec:
     def flags_per_cta(self, wave_size: int) -> int:
         """Flags one stream-K CTA of this kernel publishes: one per thread for linear/tree (the
         publish protocol of ``skwgrad.aot.kernels.wgrad``: each thread releases its own stores),
-        and the arrival counters per tile of a dwconv ``fused`` kernel (one per thread, the same
-        protocol); 0 for kernels that use no flags. The only place this number is derived."""
-        if (self.family, self.variant) in (("wgrad_sk", "linear"), ("wgrad_sk", "tree"), ("dwconv", "fused")):
+        0 for kernels that use no flags. The only place this number is derived."""
+        if self.family == "wgrad_sk" and self.variant in ("linear", "tree"):
             return self.num_warps * wave_size
         return 0
 
@@ -226,8 +225,7 @@ class KernelSpec:
     # Its fields: bm = BC (channels per CTA), bn = TAPS_P2 (filter taps the kernel holds, a power
     # of two >= Z*Y*X), bk = BR (output rows per step), vec_c = vec_k = the channel vector width
     # (G % vec == 0), mode "" or "taps" (the gather's layout, see depthwise.constexprs). Variants:
-    # the split-K epilogues direct / atomic / two_stage / workspace, and fused (workspace with the
-    # Stage-2 in the kernel, any dW dtype).
+    # the split-K epilogues direct / atomic / two_stage, and workspace.
     def _validate_dwconv(self, bad):
         if self.block or self.pointwise:
             raise bad("dwconv kernels have no block size or pointwise addressing")

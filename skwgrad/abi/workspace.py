@@ -21,14 +21,8 @@ A launch takes its buffers from two per-(device, stream) arenas:
 | wgrad_sk / workspace     | one f32 replica (atomics;    |                                |            |
 |                          | Stage-2 resets it)           |                                |            |
 
-| dwconv / fused           | one f32 replica (every split |                                |            |
-|                          | adds; the tile's last split  |                                |            |
-|                          | resets it) + arrival counts  |                                |            |
-|                          | (flags_per_cta per tile; the |                                |            |
-|                          | last split resets them)      |                                |            |
-
 The packed-group (``grouped``) and depthwise (``dwconv``) families take the ``wgrad`` layouts for
-the real problem's dW (``skwgrad.abi.launch``); ``fused`` is the depthwise family's own.
+the real problem's dW (``skwgrad.abi.launch``).
 
 ``flags_bytes`` is the only place the flag table is sized; its ``flags_per_cta`` comes from the
 kernel spec (``KernelSpec.flags_per_cta``), never recomputed here.
@@ -59,7 +53,7 @@ def flags_bytes(sk_ctas: int, flags_per_cta: int) -> int:
 
 @dataclass(frozen=True)
 class Region:
-    name: str  # flags | partials | replicas | counts
+    name: str  # flags | partials | replicas
     arena: str  # zeroed | scratch
     offset: int  # inside its arena
     nbytes: int
@@ -105,10 +99,8 @@ def workspace_layout(
     sk_ctas: int = 0,
     ks_count: int = 1,
     flags_per_cta: int | None = None,
-    tiles: int = 0,
 ) -> WorkspaceLayout:
-    """The buffers one launch of (family, variant) needs, for a problem's dW size (``tiles``:
-    the output tiles of a dwconv ``fused`` launch, one set of arrival counters each)."""
+    """The buffers one launch of (family, variant) needs, for a problem's dW size."""
     regions: list[Region] = []
     zero_dw = reset = False
     replicas = 0
@@ -145,14 +137,6 @@ def workspace_layout(
             regions.append(Region("replicas", "zeroed", 0, F32 * dw_numel))
         else:
             raise AbiError(f"unknown stream-K reduction {variant!r}")
-    elif family == "dwconv" and variant == "fused":
-        if flags_per_cta is None:
-            raise AbiError("a fused layout needs the kernel's flags_per_cta")
-        if tiles <= 0:
-            raise AbiError(f"a fused layout needs the launch's tiles > 0, got {tiles}")
-        # the replica and the counters are both added to and reset by the kernel: the zeroed arena
-        regions.append(Region("replicas", "zeroed", 0, F32 * dw_numel))
-        regions.append(Region("counts", "zeroed", _roundup(F32 * dw_numel), flags_bytes(tiles, flags_per_cta)))
     else:
-        raise AbiError(f"family {family!r} has no {variant!r} workspace layout")
+        raise AbiError(f"family {family!r} has no workspace layout")
     return WorkspaceLayout(family, variant, tuple(regions), zero_dw, replicas, reset)

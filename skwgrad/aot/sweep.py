@@ -834,11 +834,8 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
         # the gather kernels at 0.44-0.51x cuDNN (H200 run P2, session 11); and so does dilation 2:
         # a 3x3 768ch layer at dilation 2 ran the gather kernel at 0.44x cuDNN (run P3; C2 measured
         # the dilated window kernel 1.9x faster than the best gather kernel).
-        # Each with the fused epilogue too (one launch: no Stage-2, no dW zeroing), which
-        # selection prefers where it is cached.
         for dw in dw_dtypes(dtype):
-            variants = (_dwconv_split(dtype, dw), "fused")
-            out += dwconv_window_specs(arch, dtype, dw, variants, dims=2, strided=True, dilated=True)
+            out += dwconv_window_specs(arch, dtype, dw, (_dwconv_split(dtype, dw),), dims=2, strided=True, dilated=True)
         return out
     # {1, W/2, W}: vec 1 serves any G; W/2 the channel counts that are multiples of W/2 only (G = 100)
     for dw, dims, vec, (taps, cfg) in itertools.product(dw_dtypes(dtype), (2, 3), (1, W // 2, W), DWCONV_CONFIGS.items()):
@@ -847,7 +844,7 @@ def dwconv_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelS
             out.append(_dwconv_spec(variant, dtype, dw, taps, cfg, dims=dims, vec=vec))
     for dw, dims in itertools.product(dw_dtypes(dtype), (2, 3)):
         variants = _variants_for("wgrad", dw, ("direct", "atomic", "two_stage")) + (("workspace",) if dw == dtype != "fp32" else ())
-        out += dwconv_window_specs(arch, dtype, dw, (*variants, "fused"), dims=dims, strided=True, dilated=True)
+        out += dwconv_window_specs(arch, dtype, dw, variants, dims=dims, strided=True, dilated=True)
     return out
 
 

@@ -15,13 +15,12 @@ from pathlib import Path
 import click
 
 from skwgrad import clikit
-from skwgrad.abi import policy
 from skwgrad.errors import EXIT_CHECK_FAILED, SkwgradError
 from skwgrad.launcher.baseline import cudnn_time, stream_hold
 
 log = logging.getLogger("skwgrad.run")
 STREAMK_CHOICES = ("auto", "off", "dp_sk", "persistent", "all")
-REDUCTION_CHOICES = policy.REDUCTION_CHOICES[1:]  # every reduction but auto
+REDUCTION_CHOICES = ("linear", "tree", "atomic", "workspace", "direct", "two_stage")
 PRECISION_CHOICES = ("ieee", "tf32")
 
 COLUMNS = (

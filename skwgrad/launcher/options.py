@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skwgrad.abi.conv import DTYPES, PRECISIONS
-from skwgrad.abi.kernargs import DWCONV_VARIANTS, SK_REDUCTIONS
+from skwgrad.abi.kernargs import SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.policy import DETERMINISTIC_REDUCTIONS, REDUCTION_CHOICES, STREAMK_CHOICES
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import ProblemError
@@ -35,8 +35,7 @@ def _int(name: str, v, lo: int, hi: int = I32_MAX, *, allow=()) -> int:
 class LaunchOptions:
     """streamk: ``auto`` | ``off`` (split-K) | ``dp_sk`` | ``persistent``.
     reduction: ``auto`` or, for stream-K, linear/tree/atomic/workspace; for split-K
-    direct/atomic/two_stage/workspace, and fused for the depthwise family (atomic and workspace
-    name both: either family may run them).
+    direct/atomic/two_stage/workspace (atomic and workspace name both: either family may run them).
     streamk_ctas: the stream-K pool (-1: one CTA per CU for linear/tree, four for atomic/workspace).
     tile: ``(BM, BN, BK)`` to force a tile. ks_count: force the split-K degree.
     dw_dtype: the dW dtype (None: the input dtype). precision: fp32 inputs only, ``ieee`` (the
@@ -86,8 +85,8 @@ class LaunchOptions:
         sk, red = self.streamk, self.reduction
         if sk in MODES and red not in ("auto", *SK_REDUCTIONS):
             raise ProblemError(f"reduction={red!r} is a split-K epilogue; stream-K ({sk}) takes {', '.join(SK_REDUCTIONS)}")
-        if sk == "off" and red not in ("auto", *DWCONV_VARIANTS):
-            raise ProblemError(f"reduction={red!r} is a stream-K reduction; split-K takes {', '.join(DWCONV_VARIANTS)}")
+        if sk == "off" and red not in ("auto", *SPLITK_EPILOGUES):
+            raise ProblemError(f"reduction={red!r} is a stream-K reduction; split-K takes {', '.join(SPLITK_EPILOGUES)}")
         if self.ks_count is not None and sk in MODES:
             raise ProblemError("ks_count is the split-K degree; stream-K kernels take streamk_ctas instead")
         if self.deterministic and red != "auto" and red not in DETERMINISTIC_REDUCTIONS:

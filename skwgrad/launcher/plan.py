@@ -241,7 +241,7 @@ class Plan:
         self._packer = Packer(decl, tail)
         names = set(decl.value_names())
         values = dict(geo.scalars)
-        self._ptr_names = [n for n in ("dy", "x", "dw", "ws_ptr", "sk_flags", "sk_partials", "ws_counts") if n in names]
+        self._ptr_names = [n for n in ("dy", "x", "dw", "ws_ptr", "sk_flags", "sk_partials") if n in names]
         for n in self._ptr_names:
             values[n] = _DUMMY_PTR
         # wgrad_tma: dy and x reach the kernel as tensor maps, encoded once here (a shape the
@@ -258,7 +258,7 @@ class Plan:
 
         # -- workspace: (arena, offset) of each buffer kernarg -------------------------------
         self.layout = layout
-        region_of = {"ws_ptr": "replicas", "sk_flags": "flags", "sk_partials": "partials", "ws_counts": "counts"}
+        region_of = {"ws_ptr": "replicas", "sk_flags": "flags", "sk_partials": "partials"}
         self._ws_args = []  # (kernarg, index of the arena: 0 zeroed / 1 scratch, offset)
         for arg, region in region_of.items():
             if arg in names:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from skwgrad.abi import narrow
 from skwgrad.abi.conv import ConvProblem
-from skwgrad.abi.kernargs import DWCONV_VARIANTS, I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
+from skwgrad.abi.kernargs import I32_MAX, SK_REDUCTIONS, SPLITK_EPILOGUES
 from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, offline_occupancy, padding_us
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
@@ -589,7 +589,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     cached tap count that holds the filter; the widest channel vectors; grouped: the best fill
     of the packed M tile (GB * K of BM), fewer groups on ties. Split-K degree from the family's own rule;
     ``direct`` at one split, else the epilogue."""
-    if o.reduction not in ("auto", *DWCONV_VARIANTS):
+    if o.reduction not in ("auto", *SPLITK_EPILOGUES, "workspace"):
         return None
     if (problem.c, problem.k) != (1, 1):
         return None
@@ -617,9 +617,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     elif o.deterministic:
         prefs = ("two_stage",)
     else:
-        # fused (one launch: the splits' sums are cast by the tile's last split, no Stage-2 and
-        # no dW zeroing) before the two-launch epilogues where the cache has it
-        prefs = ("fused", "workspace", "atomic", "two_stage", "direct") if family == "dwconv" else ("two_stage", "atomic", "direct")
+        prefs = ("workspace", "atomic", "two_stage", "direct") if family == "dwconv" else ("two_stage", "atomic", "direct")
     for variant in prefs:
         for k in (k for k in same_config if k.spec.variant == variant):
             if variant in ("two_stage", "workspace") and stage2 is None:

@@ -4,7 +4,7 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 
 from __future__ import annotations
 
-from skwgrad.abi.kernargs import DWCONV_VARIANTS, GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
+from skwgrad.abi.kernargs import GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
 from skwgrad.aot.kernels import depthwise, grouped, pad, stage2, tma, wgrad
 
@@ -16,7 +16,7 @@ _KERNELS = {
     **{("wgrad_sk", v): wgrad.wgrad_streamk for v in ("atomic", "workspace")},
     ("stage2", "reduce"): stage2.stage2_reduce,
     ("pad", "rows"): pad.pad_rows,
-    **{("dwconv", v): depthwise.dwconv_wgrad for v in DWCONV_VARIANTS},
+    **{("dwconv", v): depthwise.dwconv_wgrad for v in ("direct", "atomic", "two_stage", "workspace")},
     **{("grouped", v): grouped.grouped_wgrad for v in GROUPED_VARIANTS},
     **{("wgrad_tma", v): tma.wgrad_tma for v in TMA_VARIANTS},
 }

@@ -65,16 +65,16 @@ def dwconv_wgrad(
     dy, x, dw,
     N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
     stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-    ws_ptr, ws_bytes, ks_iters, ks_count, ws_counts,
+    ws_ptr, ws_bytes, ks_iters, ks_count,
     BC: tl.constexpr, BR: tl.constexpr, TAPS_P2: tl.constexpr, IS_3D: tl.constexpr, VEC: tl.constexpr,
-    VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr, NUM_THREADS: tl.constexpr,
+    VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr,
     WIN: tl.constexpr = 0, WIN_ROWS: tl.constexpr = 1, WIN_SW: tl.constexpr = 1, WIN_DW: tl.constexpr = 1,
 ):  # fmt: skip
     if WIN > 0:
         _dwconv_win(
             dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
-            stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters, ks_count, ws_counts,
-            BC, BR, TAPS_P2, WIN, WIN_ROWS, WIN_SW, WIN_DW, IS_3D, VEC, VARIANT, X_CACHE, NUM_THREADS,
+            stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
+            BC, BR, TAPS_P2, WIN, WIN_ROWS, WIN_SW, WIN_DW, IS_3D, VEC, VARIANT, X_CACHE,
         )  # fmt: skip
     else:
         TAPS = Z * Y * X
@@ -181,22 +181,19 @@ def dwconv_wgrad(
             tl.store(dw + dw_off, acc.to(dw.dtype.element_ty), mask=dw_mask)
         elif VARIANT == "atomic":
             tl.atomic_add(dw + dw_off, acc, mask=dw_mask, sem="relaxed")
-        elif VARIANT == "workspace" or VARIANT == "fused":  # one f32 replica in the zeroed arena
+        elif VARIANT == "workspace":  # one f32 replica, zeroed by the launcher; Stage-2 casts it
             tl.atomic_add(ws_ptr + dw_off, acc, mask=dw_mask, sem="relaxed")
         else:  # two_stage: split s owns replica s; every element of it is stored (zeros if empty)
             tl.store(ws_ptr + split * (G * TAPS) + dw_off, acc, mask=dw_mask)
-        if VARIANT == "fused":
-            if _fused_arrive(ws_counts, cb, ks_count, NUM_THREADS):
-                _fused_finish(ws_ptr, dw, dw_off, dw_mask)
 
 
 @triton.jit
 def _dwconv_win(
     dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
-    stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters, ks_count, ws_counts,
+    stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
     BC: tl.constexpr, BP: tl.constexpr, KX: tl.constexpr, BW: tl.constexpr, TR: tl.constexpr,
     SW: tl.constexpr, DL: tl.constexpr,
-    IS_3D: tl.constexpr, VEC: tl.constexpr, VARIANT: tl.constexpr, X_CACHE: tl.constexpr, NUM_THREADS: tl.constexpr,
+    IS_3D: tl.constexpr, VEC: tl.constexpr, VARIANT: tl.constexpr, X_CACHE: tl.constexpr,
 ):  # fmt: skip
     """The window kernel (mode ``win<BW>[r<TR>][s<SW>][d<DL>]``; stride_w = SW, dil_w = DL, X ==
     KX, all compile-time): a CTA owns BC channels and TR tap rows (kz, ky) with their KX taps
@@ -320,48 +317,10 @@ def _dwconv_win(
                 tl.store(dw + dw_off, r.to(dw.dtype.element_ty), mask=m)
             elif VARIANT == "atomic":
                 tl.atomic_add(dw + dw_off, r, mask=m, sem="relaxed")
-            elif VARIANT == "workspace" or VARIANT == "fused":
+            elif VARIANT == "workspace":
                 tl.atomic_add(ws_ptr + dw_off, r, mask=m, sem="relaxed")
             else:
                 tl.store(ws_ptr + split * (G * TAPS) + dw_off, r, mask=m)
-    if VARIANT == "fused":
-        # the tile is (channel block, tap-row group): pid without its split
-        if _fused_arrive(ws_counts, pid % (cblocks * rgroups), ks_count, NUM_THREADS):
-            for i in tl.static_range(TR):
-                trow = trow0 + i
-                m = c_ok & ((tl.zeros([BC], dtype=tl.int32) + trow) < ZY)
-                for kx in tl.static_range(KX):
-                    _fused_finish(ws_ptr, dw, ch * TAPS + (tl.minimum(trow, ZY - 1) * KX + kx), m)
-
-
-@triton.jit
-def _fused_arrive(ws_counts, tile, ks_count, NUM_THREADS: tl.constexpr):
-    """The ``fused`` epilogue's arrival (after this CTA's relaxed adds into the replica): whether
-    this CTA is the tile's last split, and then the one that finishes it. Each thread counts its
-    own arrival on its lane's counter of the tile with acq_rel at gpu/agent scope, so it releases
-    exactly the adds it made (the flag protocol of ``wgrad``: nothing rests on a CTA barrier being
-    cumulative). The CTA whose lane 0 counted the last split finishes the tile: its threads wait
-    (acquire) until every lane's counter holds all ``ks_count`` splits, which cannot block for
-    long: every split has already counted lane 0, so all of them are resident and past their
-    main loop. It then stores the counters back to zero (zero at rest, no memset per launch)."""
-    lanes = tl.max_contiguous(tl.arange(0, NUM_THREADS), 1)
-    counts = ws_counts + tile * NUM_THREADS + lanes
-    seen = tl.atomic_add(counts, tl.full([NUM_THREADS], 1, tl.int32), sem="acq_rel", scope="gpu")
-    last = tl.sum(tl.where(lanes == 0, seen, 0), axis=0) == ks_count - 1
-    if last:
-        tl.atomic_poll(counts, ks_count, sem="acquire", scope="gpu")
-        tl.debug_barrier()
-        tl.store(counts, tl.zeros([NUM_THREADS], tl.int32))
-    return last
-
-
-@triton.jit
-def _fused_finish(ws_ptr, dw, offs, mask):
-    """The last split of a tile: cast the tile's sums from the replica (``.cg``: from L2, never a
-    stale L1 line) into dW, and store zeros back (the replica is zero at rest)."""
-    v = tl.load(ws_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")
-    tl.store(dw + offs, v.to(dw.dtype.element_ty), mask=mask)
-    tl.store(ws_ptr + offs, tl.zeros_like(v), mask=mask)
 
 
 @triton.constexpr_function
@@ -395,8 +354,6 @@ def constexprs(spec, target) -> dict:
         # over the taps; the rows are summed across threads once, at the end). Default (""):
         # [BR, TAPS_P2, BC], taps over the threads, rows inside each thread.
         "TAPS_INNER": spec.mode == "taps",
-        # the fused epilogue's per-lane arrival counters (``KernelSpec.flags_per_cta``)
-        "NUM_THREADS": spec.num_warps * target.wave_size,
         # mode "win<BW>": the window kernel (_dwconv_win), strips of BW output columns; bn is then
         # the exact filter width KX and bk the strips per step.
         "WIN": spec.dwconv_window.bw,
