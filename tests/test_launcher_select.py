@@ -543,3 +543,31 @@ def test_over_16_channels_per_group_only_tiles_of_fill_at_most_1_are_ranked():
     r = S.rank_choices(p16, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ(2))
     fills = {x.spec.block * 16 / x.spec.bm for x in r.choices if x.spec.family == "grouped"}
     assert fills and min(fills) > 1
+
+
+def test_calibration_samples_price_each_launch_as_timed_persistent_tma_included():
+    """``calibrate`` fits on every timed launch: a persistent TMA launch has a pool and a split
+    degree, and its terms must be those of that launch (H200 run W3: calibrate --dry-run stopped
+    at the first one, pricing it without its pool)."""
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    p = parse_problem("n=8,c=64,k=64,h=28,w=28,y=3,x=3,padding=1,dtype=bf16")
+    be = F.FakeBackend(cus=132, max_active=2)
+    rows = S.tune(p, be, c, warmup=0, iters=1, remember=False)
+    timed = [r for r in rows if "us" in r and r.get("family") in S.MODELLED_FAMILIES and r.get("occupancy") and not r.get("pad_keys")]
+    persistent = [r for r in timed if r["family"] == "wgrad_tma" and r["mode"] == "persistent"]
+    assert persistent and all(r["pool"] > 0 for r in persistent)
+    samples = S.samples_of(rows, p, c, arch="sm_90", cus=132)
+    assert len(samples) == len(timed)
+    from skwgrad.abi.costmodel import terms as cost_terms
+    from skwgrad.abi.launch import spec_geometry
+
+    r = persistent[0]
+    e = c.get(r["key"])
+    geo = spec_geometry(p, e.spec, threads=int(e.metadata["threads"]), pool=r["pool"], ks_count=r["ks_count"])
+    want = cost_terms(p, e.spec, geo, arch="sm_90", compute_units=132, occupancy=int(r["occupancy"]),
+                      stack_bytes=int(e.metadata.get("stack_bytes", 0)))  # fmt: skip
+    assert samples[timed.index(r)][0] == want and samples[timed.index(r)][1] == r["us"]

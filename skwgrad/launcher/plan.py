@@ -178,7 +178,7 @@ class Plan:
         check_metadata(kernel, backend.binary_kind)
         spec.check_problem(problem)
         md = kernel.metadata
-        takes_pool = spec.family == "wgrad_sk" or (spec.family == "wgrad_tma" and bool(spec.mode))
+        takes_pool = spec.takes_pool
         geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if takes_pool else 0, ks_count=ks_count)
         self.problem = problem
         self.kernel_problem = problem  # what the kernel runs (a PaddedPlan's padded problem)

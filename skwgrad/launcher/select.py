@@ -825,7 +825,8 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
             continue  # a padded launch: its copies are priced apart (costmodel.padding_us), not by the fitted terms
         entry = cache.get(r["key"])
         spec = entry.spec
-        setting = dict(pool=int(r["pool"])) if spec.family == "wgrad_sk" else dict(ks_count=int(r["ks_count"]))
+        # the launch as timed: a pool (stream-K; persistent / stream-K TMA with their degree too) or a degree
+        setting = dict(pool=int(r["pool"]) if spec.takes_pool else 0, ks_count=1 if spec.family == "wgrad_sk" else int(r["ks_count"]))
         geo = _geometry(problem, spec, int(entry.metadata["threads"]), **setting)
         stack = int(entry.metadata.get("stack_bytes", (stack_bytes or {}).get(r["key"], 0)))
         out.append((cost_terms(problem, spec, geo, arch=arch, compute_units=cus, occupancy=int(r["occupancy"]), stack_bytes=stack),
