@@ -494,6 +494,13 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
     return LaunchGeometry(p, "wgrad_tma", variant, mode, tiling, grid, ks_count, ks_iters, None, ws, scalars, maps)
 
 
+def takes_pool(spec) -> bool:
+    """Whether a launch of kernel ``spec`` is sized by a CTA pool: stream-K kernels, and the
+    persistent / stream-K TMA kernels (which take a split-K degree too). Here, not on
+    ``KernelSpec``: spec.py is part of every cache key."""
+    return spec.family == "wgrad_sk" or (spec.family == "wgrad_tma" and bool(spec.mode))
+
+
 def spec_geometry(problem: ConvProblem, spec, *, threads: int = 0, **setting) -> LaunchGeometry:
     """``launch_geometry`` for a ``KernelSpec`` (its tile, mode and block), at one pool or
     ``ks_count`` (``setting``); ``threads`` per CTA sizes the linear/tree flags."""

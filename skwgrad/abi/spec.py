@@ -168,12 +168,6 @@ class KernelSpec:
             return self.num_warps * wave_size
         return 0
 
-    @property
-    def takes_pool(self) -> bool:
-        """Whether a launch of this kernel is sized by a CTA pool: stream-K kernels, and the
-        persistent / stream-K TMA kernels (which take a split-K degree too)."""
-        return self.family == "wgrad_sk" or (self.family == "wgrad_tma" and bool(self.mode))
-
     def threads_per_cta(self, wave_size: int) -> int:
         """Threads of one CTA: num_warps waves; the TMA kernels add their producer warp, and
         Triton rounds a warp-specialized CTA up to whole warpgroups (4 warps)."""

@@ -31,7 +31,7 @@ from typing import Callable
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import Packer, declaration
-from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, spec_geometry
+from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, spec_geometry, takes_pool
 from skwgrad.abi.streamk import WAITING_REDUCTIONS, resolve_pool
 from skwgrad.abi.spec import KernelSpec
 from skwgrad.errors import AbiError, CacheError, DamagedEntryError, ProblemError
@@ -178,14 +178,14 @@ class Plan:
         check_metadata(kernel, backend.binary_kind)
         spec.check_problem(problem)
         md = kernel.metadata
-        takes_pool = spec.takes_pool
-        geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if takes_pool else 0, ks_count=ks_count)
+        pooled = takes_pool(spec)
+        geo = spec_geometry(problem, spec, threads=int(md["threads"]), pool=pool if pooled else 0, ks_count=ks_count)
         self.problem = problem
         self.kernel_problem = problem  # what the kernel runs (a PaddedPlan's padded problem)
         self.kernel = kernel
         self.backend = backend
         self.geometry: LaunchGeometry = geo
-        self.pool = pool if takes_pool else 0
+        self.pool = pool if pooled else 0
         self.ks_count = geo.ks_count
         self.grid = geo.grid
         self.threads = int(md["threads"])

@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, spec_geometry, tma_tiling, tma_unsupported
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -826,7 +826,7 @@ def samples_of(rows, problem: ConvProblem, cache, *, arch: str, cus: int, stack_
         entry = cache.get(r["key"])
         spec = entry.spec
         # the launch as timed: a pool (stream-K; persistent / stream-K TMA with their degree too) or a degree
-        setting = dict(pool=int(r["pool"]) if spec.takes_pool else 0, ks_count=1 if spec.family == "wgrad_sk" else int(r["ks_count"]))
+        setting = dict(pool=int(r["pool"]) if takes_pool(spec) else 0, ks_count=1 if spec.family == "wgrad_sk" else int(r["ks_count"]))
         geo = _geometry(problem, spec, int(entry.metadata["threads"]), **setting)
         stack = int(entry.metadata.get("stack_bytes", (stack_bytes or {}).get(r["key"], 0)))
         out.append((cost_terms(problem, spec, geo, arch=arch, compute_units=cus, occupancy=int(r["occupancy"]), stack_bytes=stack),
