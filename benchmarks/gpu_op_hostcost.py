@@ -43,6 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--problem", action="append", default=[])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="", help="the commit the tree is at (recorded)")
     ap.add_argument("--profile-calls", type=int, default=1000)
     ap.add_argument("--stack", action="append", default=[], help="LAYERS,N,C,H: time a compiled stack of 1x1 convolutions too")
     ap.add_argument("--check", action="append", default=[], help="LAYERS,N,C,H: that stack's dW, patched against unpatched, eager and compiled")
@@ -52,7 +53,8 @@ def main():
     from skwgrad.abi.conv import parse_problem
     from skwgrad.torch import _ops as O
 
-    doc = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "rows": []}
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": a.commit, "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+           "rows": []}  # fmt: skip
     for text in a.problem:
         p = parse_problem(text)
         dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
