@@ -547,8 +547,8 @@ def test_over_16_channels_per_group_only_tiles_of_fill_at_most_1_are_ranked():
 
 def test_calibration_samples_price_each_launch_as_timed_persistent_tma_included():
     """``calibrate`` fits on every timed launch: a persistent TMA launch has a pool and a split
-    degree, and its terms must be those of that launch (H200 run W3: calibrate --dry-run stopped
-    at the first one, pricing it without its pool)."""
+    degree, and its terms must be those of that launch (H200 run W4: calibrate --dry-run stopped
+    at the first one it had timed, pricing it without its pool)."""
     from skwgrad.aot.sweep import sweep
 
     c = F.FakeCache()
