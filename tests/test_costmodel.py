@@ -523,3 +523,23 @@ def test_a_grouped_tma_tiles_stores_priced_by_its_epilogue(variant, dw, ks, divi
         assert (a["fixup_atomic"] > 0) == (variant == "atomic")
         waves = math.ceil(tg.grid / 132) / math.ceil(td.grid / 132)
         assert a["epilogue"] == pytest.approx(b["epilogue"] * waves * share) and a["epilogue"] > 0
+
+
+def test_the_tma_loop_on_a_1x1_stride_1_layer_pays_its_own_price():
+    """main_iter_tma_pointwise (model 10) is a TMA launch's path on a 1x1 stride-1 layer, and zero
+    on other layers and for the Triton kernels (whose pointwise ones read x as a plain matrix)."""
+    from skwgrad.abi.launch import spec_geometry, tma_geometry
+
+    s = KernelSpec("wgrad_tma", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_warps=4, num_stages=4, block=1)
+    for text, pointwise in (("y=1,x=1", True), ("y=1,x=1,stride=2", False), ("y=3,x=3,padding=1", False)):
+        p = parse_problem(f"n=32,c=128,k=64,h=56,w=56,{text},dw_dtype=fp32")
+        geo = tma_geometry(p, "atomic", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=8)
+        t = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=2)
+        d = t.as_dict()
+        assert d["main_iter_tma"] == t.path_iters > 0
+        assert d["main_iter_tma_pointwise"] == (t.path_iters if pointwise else 0.0), text
+    p = parse_problem("n=32,c=128,k=64,h=56,w=56,y=1,x=1,dw_dtype=fp32")
+    sp = KernelSpec("wgrad", "atomic", "bf16", "fp32", pointwise=True, vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
+    assert M.terms(p, sp, spec_geometry(p, sp, threads=128, ks_count=8), arch="sm_90", compute_units=132,
+                   occupancy=2).as_dict()["main_iter_tma_pointwise"] == 0.0  # fmt: skip
+    assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_pointwise")] > 0

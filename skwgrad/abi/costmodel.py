@@ -31,6 +31,10 @@ co-residency on a CU and the CU count):
              (likely because a stream-K CTA walks its range at an offset no other CTA shares, so
              the tap-shifted re-reads of x find less in L2 than split-K's CTAs of one split do;
              run F4 saw 18% against 45% L2 hits on one such row).
+             ``main_iter_tma_pointwise``: a price per iteration on the critical path of a TMA
+             launch on a 1x1 stride-1 layer, beyond the TMA loop's own (the im2col descriptor
+             walks one tap; the pointwise Triton kernels read x as a plain matrix and ran faster
+             than the TMA loop's constants said, relative to them).
              ``main_iter_grouped``: a price per iteration on the critical path of the packed-group
              (``grouped``) loop, which its loads and MMAs alone under-price (cross-validated by shape
              set on 21 sets: 5 more rows within 5% of the fastest, none fewer in any set).
@@ -87,7 +91,7 @@ from skwgrad.abi.launch import LaunchGeometry, tma_groups_per_tile
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 9  # 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 10  # 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -114,6 +118,7 @@ TERMS = (
     "main_mac_tf32", "main_loads_sk_gather", "main_iter_grouped", "epilogue_narrow",
     "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "refetch_tma",
     *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
+    "main_iter_tma_pointwise",  # model 10
 )  # fmt: skip
 
 # Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
@@ -315,6 +320,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         float(path) if spec.family == "grouped" else 0.0, max(0.0, epilogue_narrow), path * narrow_loads,
         *tma_terms,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
+        float(path) if tma and problem.is_pointwise else 0.0,
     )  # fmt: skip
     return Terms(values, resident, path)
 
@@ -494,6 +500,14 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 _CLASSES_SM90 = (4.41947, 6.56145, 0.0, 6.47068, 0.0, 6.82701, 0.0, 5.93179)
 _TMA_LOOP_SM90 = (0.12161, 0.00188543, 0.0, 1.49248, 0.023711, 32.0)
 _TMA_CLASSES_SM90 = (3.1349, 5.54863, 5.39034)
+# main_iter_tma_pointwise (model 10): on 1x1 stride-1 layers the TMA launches near each row's
+# fastest ran 1.04-1.06x their prediction and the pointwise Triton kernels (x read as a plain
+# matrix) 0.91-0.96x, in the product's timings of sessions 15-17 and on W4's sets alike. Fitted
+# alone (everything else held) on runs T2, T4, T6, V1, V3, V5, V6: 1702 timings, 224 rows. 5-fold
+# by row, three seeds: 184-187 rows within 5% of the fastest timed launch against 180, geomean
+# 1.025 against 1.028. Held out: W3's sets (best of ~10 launches) 34/35 against 33/35; W4's
+# (every candidate) 38/42 both, geomean 1.014 against 1.018 (benchmarks/RESULTS.md, session 18).
+_TMA_POINTWISE_SM90 = (0.0375495,)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
@@ -515,7 +529,8 @@ _BUILTIN: dict[str, tuple] = {
     "sm_90": (0.0, 0.00900426, 0.0, 0.212028, 0.0, 0.0456073, 0.444303, 0.0160903, 0.0799129, 0.203409, 0.0, 3.46015, 2.71655, 0.0173752, 0.893363, 1.58984, 0.0175738, 0.00885671, 0.00940462, 0.0234799, 0.0400511, 0.0, 0.0,
               *_TMA_LOOP_SM90,
               *_CLASSES_SM90,
-              *_TMA_CLASSES_SM90),
+              *_TMA_CLASSES_SM90,
+              *_TMA_POINTWISE_SM90),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -547,6 +562,7 @@ _DEFAULT_PRIOR = (
     0.5, 0.01,  # narrow tile stores, narrow loads (per 1024 instructions per thread beyond 16-byte ones)
     0.02, 0.005, 0.002, 1.0, 0.01, 32.0,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain, refetch (per MiB per CU: 4.3 TB/s over 132 SMs)
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
+    0.0,  # TMA loop on a 1x1 stride-1 layer, per iteration on the path
 )
 
 
