@@ -81,14 +81,16 @@ def launch_wall_us(pl, bufs, iters):
     return (time.perf_counter() - t0) / iters * 1e6
 
 
-def run_row(p, name, backend, cache, occ, hold, *, rounds, iters, seed):
+def run_row(p, name, backend, cache, occ, hold, *, rounds, iters, seed, entrants=None, end_to_end_too=True):
+    """``entrants``: name -> Choice to time (default: ``entrants_of``, auto and its twins)."""
     from gpu_tma_auto import end_to_end
 
     from skwgrad.launcher.baseline import cudnn_time
     from skwgrad.launcher.hostdata import DeviceInputs
     from skwgrad.reference import relative_error, tolerance, wgrad_reference
 
-    entrants = entrants_of(p, cache, backend.arch, backend.compute_units, occ)
+    if entrants is None:
+        entrants = entrants_of(p, cache, backend.arch, backend.compute_units, occ)
     ident = lambda c: (c.kernel.key, c.ks_count)  # noqa: E731
     uniq, alias = {}, {}
     for k, c in entrants.items():
@@ -130,7 +132,7 @@ def run_row(p, name, backend, cache, occ, hold, *, rounds, iters, seed):
         for k, same in alias.items():
             out["rows"][k] = dict(out["rows"][same], same_as=same)
         out["cudnn_us"], out["cudnn_note"] = cudnn_time(p, backend, iters=iters, seed=seed)
-        out["host"] = end_to_end(p, iters=iters) if p.dtype != "fp32" and "auto" in plans else None
+        out["host"] = end_to_end(p, iters=iters) if end_to_end_too and p.dtype != "fp32" and "auto" in plans else None
     finally:
         bufs.free()
     r = out["rows"]
