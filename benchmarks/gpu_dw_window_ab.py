@@ -1,6 +1,6 @@
 """Depthwise window kernels of narrower strips against auto's, in one pass.
 
-    python benchmarks/gpu_dw_window_ab.py --cache CACHE --corpus SHAPES.csv --modes win5r3,win4r3 --out ab.json
+    python benchmarks/gpu_dw_window_ab.py --cache CACHE --corpus SHAPES.csv --modes win7r3,win5r3,win4r3 --out ab.json
 
 Per depthwise row whose auto pick is a window kernel, in one process on one device (the timing and
 verification of ``gpu_fused_ab.run_row``: every launch verified three times against float64 with dW
@@ -52,7 +52,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\\n")[0])
     ap.add_argument("--cache", required=True)
     ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--modes", default="win5r3,win4r3")
+    ap.add_argument("--modes", default="win7r3,win5r3,win4r3", help="the default's strip first, then the ones it is judged against")
     ap.add_argument("--only", default="", help="comma-separated substrings of row names")
     ap.add_argument("--out", required=True)
     ap.add_argument("--commit", default="")
@@ -106,6 +106,19 @@ def main():
                 for r in doc["rows"] if r["rows"].get("auto", {}).get("us") and any(k.startswith(m) and v.get("us") for k, v in r["rows"].items())]  # fmt: skip
         s[f"auto_over_{m}_best_geomean"] = geo([x / y for x, y in both])  # > 1: the narrower strip is faster
         s[f"{m}_faster_rows"] = sum(1 for x, y in both if y < x)
+    # against the default's strip (the first of --modes): auto ranks cached window kernels of one
+    # filter width by label, so with narrower strips cached auto itself may take one of them
+    ref = modes[0]
+    for m in modes[1:]:
+        pairs = []
+        for r in doc["rows"]:
+            t = {k: v["us"] for k, v in r["rows"].items() if v.get("us")}
+            a = min((v for k, v in t.items() if k == ref or k.startswith(ref + "_")), default=None)
+            b = min((v for k, v in t.items() if k == m or k.startswith(m + "_")), default=None)
+            if a and b:
+                pairs.append((a, b))
+        s[f"{ref}_over_{m}_geomean"] = geo([x / y for x, y in pairs])
+        s[f"{m}_faster_than_{ref}_rows"] = sum(1 for x, y in pairs if y < x)
     doc["summary"] = s
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
     print("summary", json.dumps(s))
