@@ -113,10 +113,10 @@ def main():
         pairs = []
         for r in doc["rows"]:
             t = {k: v["us"] for k, v in r["rows"].items() if v.get("us")}
-            a = min((v for k, v in t.items() if k == ref or k.startswith(ref + "_")), default=None)
-            b = min((v for k, v in t.items() if k == m or k.startswith(m + "_")), default=None)
-            if a and b:
-                pairs.append((a, b))
+            x = min((v for k, v in t.items() if k == ref or k.startswith(ref + "_")), default=None)
+            y = min((v for k, v in t.items() if k == m or k.startswith(m + "_")), default=None)
+            if x and y:
+                pairs.append((x, y))
         s[f"{ref}_over_{m}_geomean"] = geo([x / y for x, y in pairs])
         s[f"{m}_faster_than_{ref}_rows"] = sum(1 for x, y in pairs if y < x)
     doc["summary"] = s
