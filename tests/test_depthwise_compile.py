@@ -63,6 +63,8 @@ def dw_specs():
         dws("atomic", "fp16", "fp32", bc=32, taps=7, br=64, mode="win7s2"),
         dws("direct", "fp32", "fp32", vec=4, bc=32, taps=5, br=64, mode="win7s2"),
         dws("workspace", "fp16", bc=32, taps=3, br=64, mode="win7r3d2"),
+        # the 3-wide filter's strips of 5 (the default's, for widths 7 does not divide)
+        dws("workspace", "bf16", bc=32, taps=3, br=64, mode="win5r3"),
     ]
     return out
 
@@ -165,8 +167,9 @@ def test_smoke_holds_every_variant_3d_and_vec1():
     assert {s.bn for s in gather} == {16, 32, 64} and {s.vec_c for s in dflt} == {1, 8}
     win = [s for s in dflt if s.mode.startswith("win")]  # the window kernels: the filter width, at W
     assert {s.bn for s in win} == {3, 5, 7} and {s.vec_c for s in win} == {8}
-    # stride 1 and stride 2 along W (2-D only), and the 3-wide filter at dilation 2
-    assert {(s.bn, s.mode) for s in win} == {(3, "win7r3"), (5, "win7r5"), (7, "win7"), (3, "win7r3s2"), (5, "win7s2"), (7, "win7s2"), (3, "win7r3d2")}
+    # stride 1 and stride 2 along W (2-D only), the 3-wide filter at dilation 2 and in strips of 5
+    assert {(s.bn, s.mode) for s in win} == {(3, "win7r3"), (5, "win7r5"), (7, "win7"), (3, "win7r3s2"), (5, "win7s2"), (7, "win7s2"),
+                                             (3, "win7r3d2"), (3, "win5r3")}  # fmt: skip
     assert all(s.spatial_dims == 2 for s in win if s.dwconv_window.sw == 2)
     assert {s.mode for s in dwconv_specs("broad", "sm_90", "bf16") if s.dwconv_window.dl == 2} == {"win7r3d2"}
     assert {(s.variant, s.dw_dtype) for s in dflt} == {("direct", "bf16"), ("workspace", "bf16"), ("direct", "fp32"), ("atomic", "fp32")}

@@ -44,6 +44,9 @@ CASES = [
     # the default's 5x5 class: every tap row in one CTA (TR = 5), strips of 7 over a width of 9
     ("win7r5_5x5_bf16_dwfp32_atomic_all_rows", dw(16, "h=6,w=9,y=5,x=5,padding=2,dtype=bf16,dw_dtype=fp32"),
      wspec("atomic", "bf16", "fp32", bc=16, kx=5, mode="win7r5", bp=4), 2),
+    # the default's strips of 5 for the 3-wide filter, on the width they are for (15 = 3 strips)
+    ("win5r3_3x3_bf16_workspace_width_15", dw(16, "h=4,w=15,y=3,x=3,padding=1,dtype=bf16"),
+     wspec("workspace", "bf16", bc=16, mode="win5r3", bp=4), 2),
 ]
 
 

@@ -201,6 +201,8 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
                 want = ({3: "win7r3d2"}.get(s.bn), 64)
             elif s.mode.endswith("s2"):  # stride 2: strips of 7, 32 per step on wave32, 64 on wave64
                 want = ({3: "win7r3s2", 5: "win7s2", 7: "win7s2"}.get(s.bn), 32 if get_arch(arch).wave_size == 32 else 64)
+            elif s.mode == "win5r3":  # the 3-wide filter's strips of 5 (H200 run W6: widths 7 does not divide)
+                want = ("win5r3", 64)
             else:  # stride 1 (H200 run D4): 5x5 every tap row in a CTA at 16 strips, 7x7 at 32
                 want = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}.get(s.bn, (None, 0))
             # 16 channels per CTA on wave32 (32 on wave64: one 16-byte vector per thread per strip),
@@ -292,7 +294,8 @@ def test_default_is_the_pruned_rule_and_serves_every_problem(default_all, broad_
     # (+30 sm_90, +28 gfx942, +29 gfx950: the split-K workspace twins; the grouped ones are counted below)
     assert Counter(it.arch for it in default_all if it.spec.family in dense) == {"gfx942": 275, "gfx950": 278, "sm_90": 299}
     assert Counter(it.arch for it in default_all if it.spec.family == "grouped" and it.spec.variant == "workspace") == {a: 12 for a in ARCHES}
-    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 35 for a in ARCHES)  # + window kernels (5 dW sets x 3 widths x stride 1, 2, + 3-wide dilation 2)
+    # + window kernels: 5 dW sets x (3 widths x stride 1, 2, + 3-wide dilation 2, + 3-wide strips of 5)
+    assert all(Counter(it.spec.family for it in default_all if it.arch == a)["dwconv"] == 70 + 5 * 8 for a in ARCHES)
     assert sum(it.spec.family in dense for it in default_all) < sum(it.spec.family in dense for it in broad_all) / 8
     # the default's tiles are tiles of broad or the fp32 BK-32 variants of them
     assert {(s.bm, s.bn) for s in specs(default_all) if s.family in dense} <= {(s.bm, s.bn) for s in specs(broad_all)}

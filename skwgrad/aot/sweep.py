@@ -739,6 +739,14 @@ DWCONV_DEFAULT = {16: (16, 32, 4, "taps"), 32: (16, 16, 4, "taps"), 64: (32, 2, 
 # 76.8 vs 139.8 us), 7% slower on the smallest; 7x7 at 32 strips 2-9% faster on 4 of 5 rows (win7r7
 # needs 217 registers and lost); 3x3 stays (r16/r32/r64 within 3-6%, either way by row).
 DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}
+# And strips of 5 for the 3-wide filter at stride 1 (2-D): selection takes the strip width that
+# computes the fewest output columns, ceil(Wo / BW) * BW (the widest on ties), so a layer whose
+# width is not a multiple of 7 (15, 29, 57, 113 px) runs strips of 5. The work per output column
+# is the same within 3% at widths 4, 5 and 7 (sm_90 PTX, bf16: ~2.25 instructions per product
+# beyond the kernel's fixed part). H200 run W6 (the 15 3x3 stride-1 depthwise rows of W2, every
+# launch verified): win5r3 was faster than win7r3 on all 5 rows of 15 and 57 px (4-10%) and slower
+# on the rows whose width win7 divides (56 and 112 px: 1-10%), which keep win7r3.
+DWCONV_WINDOW_NARROW = {3: ("win5r3", 64)}
 # Stride 2 along W (MobileNet / EfficientNet downsampling layers; the gather kernels ran them at
 # 0.3-0.7x cuDNN on the H200, benchmarks/RESULTS.md 2026-12-01): the same strips of 7 outputs, the
 # window is then the 2 * 7 + X - 2 contiguous x columns they read (same registers, ~1.7x the x
@@ -769,6 +777,7 @@ def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, str
     bc = 16 * ARCHES[arch].wave_size // 32
     configs = list(DWCONV_WINDOW.items())
     if dims == 2:
+        configs += list(DWCONV_WINDOW_NARROW.items())
         configs += list(DWCONV_WINDOW_STRIDED.items()) if strided else []
         configs += list(DWCONV_WINDOW_DILATED.items()) if dilated else []
     out = []

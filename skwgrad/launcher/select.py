@@ -581,6 +581,13 @@ def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice |
         return None  # stale or foreign record: fall back to the model
 
 
+def _strip_columns(problem: ConvProblem, spec) -> int:
+    """Output columns a dwconv window kernel computes per output row: Wo rounded up to its strips
+    (0 for a gather kernel)."""
+    bw = spec.dwconv_window.bw
+    return -(-problem.wo // bw) * bw if bw else 0
+
+
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
@@ -602,8 +609,11 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
         # a window kernel (mode win<BW>[r<TR>][s<SW>][d<DL>]: it admits only the filter width,
         # stride and dilation along W it was built for) before any gather kernel; then the
         # smallest tap count holding the filter; then the "taps" layout, the faster one on the
-        # H200 wherever both were built (benchmarks/RESULTS.md, 2026-12-01)
-        rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn), k.spec.mode != "taps", k.label)  # noqa: E731
+        # H200 wherever both were built (benchmarks/RESULTS.md, 2026-12-01). Among window kernels,
+        # the strip width that computes the fewest output columns (ceil(Wo / BW) * BW: the work
+        # per column is about the same at every width), the widest on ties (H200 run W6)
+        rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn, _strip_columns(problem, k.spec), -k.spec.dwconv_window.bw),  # noqa: E731
+                              k.spec.mode != "taps", k.label)  # fmt: skip
     else:
         rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
     ks_all.sort(key=rank_key)
