@@ -178,6 +178,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget-s", type=float, default=400.0, help="stop starting rows after this many seconds")
+    ap.add_argument("--no-end-to-end", action="store_true", help="device time only (no host-included calls)")
     a = ap.parse_args()
     import csv
 
@@ -205,7 +206,8 @@ def main():
                     print(f"budget: stopped before {row['name']}", flush=True)
                     break
                 try:
-                    r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=a.seed)
+                    r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=a.seed,
+                                end_to_end_too=not a.no_end_to_end)  # fmt: skip
                 except Exception as e:  # noqa: BLE001  (recorded; the row counts as failed)
                     r = {"name": row["name"], "problem": p.describe(), "error": f"{type(e).__name__}: {e}"[:300], "all_ok": False, "rows": {}}
                 r["set"] = Path(path).stem

@@ -1,0 +1,102 @@
+"""The GPU benchmark scripts run end to end on the fake device (``test_launcher_fakes.FakeBackend``,
+which emulates every launch), so a script error shows up here and not after a device start: H200
+runs W4 and W6 each lost an attempt to one (a calibrate sample without its pool, a summary that
+shadowed the script's arguments). Numbers here mean nothing; that the scripts finish, verify every
+launch and write their records does."""
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import test_launcher_fakes as F  # noqa: E402
+
+HEADER = ["name", "n", "in_channels", "out_channels", "groups", "d", "h", "w", "z", "y", "x", "stride", "padding", "dilation",
+          "dtype", "dw_dtype", "precision", "regime"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fake_cache():
+    from skwgrad.aot.sweep import sweep
+
+    c = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    return c
+
+
+@pytest.fixture
+def fake_device(monkeypatch, fake_cache):
+    """The scripts' device and cache: ``timing_device`` and ``Cache`` answer with the fakes."""
+    import compare_auto_tuned
+
+    from skwgrad.launcher.select import backend_occupancy
+
+    be = F.FakeBackend(cus=132, max_active=2)
+    monkeypatch.setattr(compare_auto_tuned, "timing_device", lambda: (be, backend_occupancy(be), None))
+    monkeypatch.setattr("skwgrad.cache.store.Cache", lambda *a, **k: fake_cache)
+    return be
+
+
+def _corpus(path: Path, rows: list[dict]) -> str:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=HEADER)
+        w.writeheader()
+        for r in rows:
+            w.writerow({"d": 1, "z": 1, "dilation": 1, "dw_dtype": "", "precision": "", "regime": "test", "dtype": "bf16", **r})
+    return str(path)
+
+
+DEPTHWISE = [
+    dict(name="dw15", n=2, in_channels=32, out_channels=32, groups=32, h=15, w=15, y=3, x=3, stride=1, padding=1),
+    dict(name="dw14", n=2, in_channels=32, out_channels=32, groups=32, h=14, w=14, y=3, x=3, stride=1, padding=1),
+]
+
+
+def _run(monkeypatch, module, argv):
+    monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
+    module.main()
+
+
+def test_window_ab_times_both_strips_and_writes_its_summary(tmp_path, monkeypatch, fake_device):
+    import gpu_dw_window_ab
+
+    out = tmp_path / "ab.json"
+    _run(monkeypatch, gpu_dw_window_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", DEPTHWISE), "--out", str(out),
+                                         "--rounds", "1", "--iters", "1"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 2 and doc["summary"]["all_ok"]
+    for r in doc["rows"]:
+        modes = {v["kernel"].split("_")[-2] for v in r["rows"].values()}
+        assert {"win7r3", "win5r3"} <= modes  # the default's strip is timed whatever auto takes
+    assert "win7r3_over_win5r3_geomean" in doc["summary"]
+
+
+def test_fused_ab_runs_without_the_fused_kernels(tmp_path, monkeypatch, fake_device):
+    import gpu_fused_ab
+
+    out = tmp_path / "fused.json"
+    _run(monkeypatch, gpu_fused_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", DEPTHWISE[:1]), "--out", str(out),
+                                     "--rounds", "1", "--iters", "1", "--no-end-to-end"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 1 and doc["rows"][0]["all_ok"] and doc["summary"]["fused_rows"] == 0
+
+
+def test_tma_auto_times_every_family_and_writes_its_summary(tmp_path, monkeypatch, fake_device):
+    import gpu_tma_auto
+
+    dense = [dict(name="d1x1", n=4, in_channels=64, out_channels=64, groups=1, h=14, w=14, y=1, x=1, stride=1, padding=0),
+             dict(name="g3x3", n=2, in_channels=64, out_channels=64, groups=4, h=14, w=14, y=3, x=3, stride=1, padding=1)]  # fmt: skip
+    out = tmp_path / "tma.json"
+    _run(monkeypatch, gpu_tma_auto, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", dense), "--out", str(out),
+                                     "--top", "2", "--top-old", "2", "--rounds", "1", "--iters", "1", "--no-end-to-end"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 2 and all(r["all_ok"] for r in doc["rows"])
+    assert any(v["family"] == "wgrad_tma" for r in doc["rows"] for v in r["rows"].values())
+    assert doc["summary"]["rows"] == 2
