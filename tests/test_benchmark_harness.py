@@ -100,3 +100,18 @@ def test_tma_auto_times_every_family_and_writes_its_summary(tmp_path, monkeypatc
     assert len(doc["rows"]) == 2 and all(r["all_ok"] for r in doc["rows"])
     assert any(v["family"] == "wgrad_tma" for r in doc["rows"] for v in r["rows"].values())
     assert doc["summary"]["rows"] == 2
+
+
+def test_compare_auto_tuned_times_autos_launch_in_the_tuning_run():
+    """auto's own launch, looked up in the dry run that timed every candidate: found for every row
+    of W4's records, and never faster than that run's fastest (it is one of the candidates)."""
+    from compare_auto_tuned import compare
+    from results_io import read_json
+
+    res = ROOT / "benchmarks" / "results"
+    for auto, every in (("auto_2026120483_2026-12-04_w4.json", "all_2026120483_2026-12-04_w4.json"),
+                        ("auto_g_2026120483_2026-12-04_w4.json", "all_g_2026120483_2026-12-04_w4.json")):  # fmt: skip
+        rows, s = compare(read_json(res / auto), read_json(res / every))
+        assert s["in_run_compared"] == s["rows"] == len(rows) > 0
+        assert all(r["auto_in_run_over_tuned"] >= 1.0 for r in rows)
+        assert s["auto_in_run_within_5pct_of_tuned"] <= s["in_run_compared"]
