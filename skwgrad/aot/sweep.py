@@ -744,8 +744,9 @@ DWCONV_WINDOW = {3: ("win7r3", 64), 5: ("win7r5", 16), 7: ("win7", 32)}
 # width is not a multiple of 7 (15, 29, 57, 113 px) runs strips of 5. The work per output column
 # is the same within 3% at widths 4, 5 and 7 (sm_90 PTX, bf16: ~2.25 instructions per product
 # beyond the kernel's fixed part). H200 run W6 (the 15 3x3 stride-1 depthwise rows of W2, every
-# launch verified): win5r3 was faster than win7r3 on all 5 rows of 15 and 57 px (4-10%); on the 10
-# rows whose width 7 divides (14-112 px) win7r3 was faster on 7, by up to 10%, and keeps them.
+# launch verified, each kernel at its best split degree): win5r3 was faster than win7r3 on all 5
+# rows of 15 and 57 px (4-10%); on the 10 rows whose width 7 divides (14-112 px) win7r3 was faster
+# on 9 (one tie), by up to 19%, and keeps them.
 DWCONV_WINDOW_NARROW = {3: ("win5r3", 64)}
 # Stride 2 along W (MobileNet / EfficientNet downsampling layers; the gather kernels ran them at
 # 0.3-0.7x cuDNN on the H200, benchmarks/RESULTS.md 2026-12-01): the same strips of 7 outputs, the
