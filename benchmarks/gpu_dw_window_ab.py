@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -96,9 +95,7 @@ def main():
                       + f" ok={r['all_ok']}", flush=True)  # fmt: skip
                 Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
 
-    def geo(xs):
-        xs = [x for x in xs if x]
-        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    from compare_auto_tuned import geo
 
     s = {"rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"])}
     for m in modes:

@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,10 +36,7 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-
-def _geo(xs):
-    xs = [x for x in xs if x]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+from compare_auto_tuned import geo as _geo  # noqa: E402  (one geomean for the benchmark scripts)
 
 
 def entrants_of(p, cache, arch, cus, occ):
@@ -83,54 +78,27 @@ def launch_wall_us(pl, bufs, iters):
 
 def run_row(p, name, backend, cache, occ, hold, *, rounds, iters, seed, entrants=None, end_to_end_too=True):
     """``entrants``: name -> Choice to time (default: ``entrants_of``, auto and its twins)."""
+    from ab_timing import verify_and_time
     from gpu_tma_auto import end_to_end
 
     from skwgrad.launcher.baseline import cudnn_time
     from skwgrad.launcher.hostdata import DeviceInputs
-    from skwgrad.reference import relative_error, tolerance, wgrad_reference
+    from skwgrad.reference import tolerance, wgrad_reference
 
     if entrants is None:
         entrants = entrants_of(p, cache, backend.arch, backend.compute_units, occ)
-    ident = lambda c: (c.kernel.key, c.ks_count)  # noqa: E731
-    uniq, alias = {}, {}
-    for k, c in entrants.items():
-        same = next((u for u, uc in uniq.items() if ident(uc) == ident(c)), None)
-        if same is None:
-            uniq[k] = c
-        else:
-            alias[k] = same
     bufs = DeviceInputs.random(p, backend, seed=seed)
     out = {"name": name, "problem": p.describe(), "rows": {}}
     try:
         ref = wgrad_reference(p, bufs.x64, bufs.dy64)
         tol = tolerance(p.dtype, p.dw_dtype, p.precision)
-        plans = {}
-        for k, c in uniq.items():
-            rec = {"kernel": c.kernel.label, "variant": c.spec.variant, "ks": c.ks_count}
-            try:
-                pl = c.plan(p, backend)
-                errs = []
-                for _ in range(3):  # three poisoned launches: the fused kernel's counters must restart at zero each time
-                    pl.poison(dw=bufs.dw)
-                    pl.launch(bufs.dy, bufs.x, bufs.dw)
-                    errs.append(relative_error(bufs.read_dw(), ref))
-                left = pl.zeroed_bytes_nonzero()
-                rec.update(rel_err=max(errs), tol=tol, zeroed_left_nonzero=left, ok=bool(max(errs) <= tol and left == 0), grid=pl.grid)
-                if rec["ok"]:
-                    plans[k] = pl
-            except Exception as e:  # noqa: BLE001
-                rec["error"] = f"{type(e).__name__}: {e}"[:300]
-            out["rows"][k] = rec
-        times = {k: [] for k in plans}
-        order = list(plans)
-        for i in range(rounds):
-            for k in order[i % len(order) :] + order[: i % len(order)]:
-                times[k].append(plans[k].time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=iters, hold=hold)["median_us"])
-        for k, v in times.items():
-            out["rows"][k]["us"] = statistics.median(v)
-            out["rows"][k]["launch_wall_us"] = launch_wall_us(plans[k], bufs, iters)
-        for k, same in alias.items():
-            out["rows"][k] = dict(out["rows"][same], same_as=same)
+        # three poisoned launches: a kernel that resets its own workspace must leave it ready each time
+        out["rows"], plans = verify_and_time(p, entrants, backend, bufs, ref, tol, hold, rounds=rounds, iters=iters, verify_launches=3)
+        for k, pl in plans.items():
+            out["rows"][k]["launch_wall_us"] = launch_wall_us(pl, bufs, iters)
+        for k, rec in list(out["rows"].items()):  # an alias shows its launch's wall time too
+            if rec.get("same_as"):
+                out["rows"][k] = dict(out["rows"][rec["same_as"]], same_as=rec["same_as"])
         out["cudnn_us"], out["cudnn_note"] = cudnn_time(p, backend, iters=iters, seed=seed)
         out["host"] = end_to_end(p, iters=iters) if end_to_end_too and p.dtype != "fp32" and "auto" in plans else None
     finally:

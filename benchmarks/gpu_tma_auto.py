@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -54,13 +53,13 @@ def stage_twins(choice, cache, arch, stages):
 
 
 def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=(), top_old=1):
-    import numpy as np
+    from ab_timing import verify_and_time
 
     from skwgrad.launcher.baseline import cudnn_time
     from skwgrad.launcher.hostdata import DeviceInputs
     from skwgrad.launcher.options import LaunchOptions
     from skwgrad.launcher.select import choose, rank_choices
-    from skwgrad.reference import relative_error, tolerance, wgrad_reference
+    from skwgrad.reference import tolerance, wgrad_reference
 
     arch, cus = backend.arch, backend.compute_units
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
@@ -82,44 +81,12 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
         entrants[f"old{i}"] = c
     for i, c in enumerate(tma):
         entrants[f"tma{i}"] = c
-    ident = lambda c: (c.kernel.key, c.pool, c.ks_count, c.padding is not None)  # noqa: E731
-    uniq: dict = {}
-    alias = {}
-    for k, c in entrants.items():
-        same = next((u for u, uc in uniq.items() if ident(uc) == ident(c)), None)
-        if same is None:
-            uniq[k] = c
-        else:
-            alias[k] = same
     bufs = DeviceInputs.random(p, backend, seed=seed)
     out = {"name": name, "problem": p.describe(), "rows": {}}
     try:
         ref = wgrad_reference(p, bufs.x64, bufs.dy64)
         tol = tolerance(p.dtype, p.dw_dtype, p.precision)
-        plans = {}
-        for k, c in uniq.items():
-            rec = {"kernel": c.kernel.label, "family": c.spec.family, "pool": c.pool, "ks": c.ks_count,
-                   "padded": c.padding is not None, "predicted_us": c.predicted_us}  # fmt: skip
-            try:
-                pl = c.plan(p, backend)
-                pl.poison(dw=bufs.dw)
-                pl.launch(bufs.dy, bufs.x, bufs.dw)
-                err = relative_error(bufs.read_dw(), ref)
-                rec.update(rel_err=err, tol=tol, ok=bool(err <= tol and pl.zeroed_bytes_nonzero() == 0))
-                if rec["ok"]:
-                    plans[k] = pl
-            except Exception as e:  # noqa: BLE001
-                rec["error"] = f"{type(e).__name__}: {e}"[:300]
-            out["rows"][k] = rec
-        times = {k: [] for k in plans}
-        order = list(plans)
-        for i in range(rounds):
-            for k in order[i % len(order) :] + order[: i % len(order)]:
-                times[k].append(plans[k].time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=iters, hold=hold)["median_us"])
-        for k, v in times.items():
-            out["rows"][k]["us"] = statistics.median(v)
-        for k, same in alias.items():
-            out["rows"][k] = dict(out["rows"][same], same_as=same)
+        out["rows"], plans = verify_and_time(p, entrants, backend, bufs, ref, tol, hold, rounds=rounds, iters=iters)
         out["cudnn_us"], out["cudnn_note"] = cudnn_time(p, backend, iters=iters, seed=seed)
         out["host"] = end_to_end(p, iters=iters) if "auto" in plans and end_to_end_too else None
     finally:
