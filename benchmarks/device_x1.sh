@@ -6,14 +6,11 @@
 # (issue 10) on random_2026120488 (dense, drawn after it) through gpu_tma_auto.py.
 # Build first (CPU): skwgrad compile-all --preset default --arch sm_90 --corpus
 #   benchmarks/shapes/random_dw_2026120487.csv --corpus benchmarks/shapes/random_2026120488.csv
-#   --cache .device/x1cache, plus the other strip of each
-#   3x3 stride-1 row's pick (as /tmp/build_w6.py did for W6), then skwgrad cache export --cache
+#   --cache .device/x1cache; python benchmarks/build_strip_twins.py --cache .device/x1cache --corpus
+#   benchmarks/shapes/random_dw_2026120487.csv --modes win7r3,win5r3; skwgrad cache export --cache
 #   .device/x1cache .device/x1.tar.xz. Carried: .whl, .device/x1.tar.xz.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SKWGRAD_CACHE=/tmp/pc
-t0=$(date +%s)
-rm -rf /tmp/pc; python3 -m skwgrad cache import .device/x1.tar.xz --cache /tmp/pc | tail -1
+source benchmarks/device_setup.sh .device/x1.tar.xz
 c=benchmarks/shapes/random_dw_2026120487.csv
 timeout 150 python3 benchmarks/gpu_dw_window_ab.py --cache /tmp/pc --corpus $c --modes win7r3,win5r3 --commit "${X1_COMMIT:-}" \
   --only 3x3s1_ --budget-s 120 --out $OUT/dw_window_ab_87.json 2>&1 | cut -c1-220 | tail -12
