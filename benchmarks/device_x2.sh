@@ -12,6 +12,7 @@ c=benchmarks/shapes/random_dw_2026120487.csv
 timeout 270 python3 benchmarks/dw_tma_proto.py run --objs .device/dwtma --cache /tmp/pc --commit "${X_COMMIT:-}" \
   --corpus benchmarks/shapes/ab_fused_dw_w2.csv --corpus $c --budget-s 230 --out $OUT/dwtma_x2.json 2>&1 | cut -c1-260 | tail -45
 echo "proto rc=$? $(( $(date +%s) - t0 )) s"
+[ "${X_PROTO_ONLY:-}" = 1 ] && exit 0
 timeout 130 python3 benchmarks/gpu_dw_window_ab.py --cache /tmp/pc --corpus $c --modes win7r3,win5r3 --commit "${X_COMMIT:-}" \
   --only 3x3s1_ --budget-s 100 --out $OUT/dw_window_ab_87.json 2>&1 | cut -c1-220 | tail -10
 timeout 110 python3 -m skwgrad run-from-cache --cache /tmp/pc --corpus $c --verify --bench --baseline cudnn --iters 30 \

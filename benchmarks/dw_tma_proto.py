@@ -39,16 +39,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "mainloop"))
 
-# (KY=KX, RB box rows (RB - KY + 1 output rows a step), WT columns, BC channels, stages, warps)
+# (KY=KX, WT output columns a step, BC channels, stages, warps); a step is 8 x rows
 CONFIGS = [
-    (3, 8, 16, 64, 3, 8),
-    (3, 8, 16, 32, 3, 4),
-    (3, 8, 32, 32, 2, 4),
-    (3, 4, 16, 64, 4, 4),
-    (3, 8, 8, 128, 3, 8),
-    (3, 8, 64, 16, 3, 8),
-    (5, 8, 16, 32, 3, 4),
-    (5, 8, 32, 16, 3, 4),
+    (3, 8, 128, 3, 8),
+    (3, 16, 64, 3, 8),
+    (3, 16, 32, 3, 4),
+    (3, 32, 32, 3, 8),
+    (3, 32, 16, 3, 4),
+    (3, 64, 16, 3, 8),
+    (3, 128, 8, 3, 8),
+    (5, 16, 32, 3, 4),
+    (5, 32, 16, 3, 4),
+    (5, 64, 8, 3, 4),
 ]
 
 
@@ -64,37 +66,39 @@ def _kernel():
         return gl.BlockedLayout([1, vec], [32 // tc, tc], [num_warps, 1], [1, 0])
 
     @gluon.jit
-    def _issue(dy_desc, x_desc, bar, bufs, base, step, c0, WS, BHB, pad_h, pad_w,
-               BH: gl.constexpr, KX: gl.constexpr, DW: gl.constexpr):  # fmt: skip
-        WT: gl.constexpr = dy_desc.block_type.shape[2]
+    def _issue(dy_desc, x_desc, bar, dy_bufs, x_buf, dbase, step, c0, WS, BHB, pad_h, pad_w,
+               BH: gl.constexpr, WT: gl.constexpr):  # fmt: skip
+        DYB: gl.constexpr = dy_desc.block_type.shape[1]
         ws = step % WS
         q = step // WS
         hb = q % BHB
         n = q // BHB
         ho0 = hb * BH
         w0 = ws * WT
-        mbarrier.expect(bar, (KX + 1) * dy_desc.block_type.nbytes)
-        tma.async_load(dy_desc, [n, ho0, w0, c0], bar, bufs.index(base))
-        for kx in gl.static_range(KX):
-            tma.async_load(x_desc, [n, ho0 - pad_h, w0 - pad_w + kx * DW, c0], bar, bufs.index(base + 1 + kx))
+        mbarrier.expect(bar, (BH // DYB) * dy_desc.block_type.nbytes + x_desc.block_type.nbytes)
+        for b in gl.static_range(BH // DYB):
+            tma.async_load(dy_desc, [n, ho0 + b * DYB, w0, c0], bar, dy_bufs.index(dbase + b))
+        tma.async_load(x_desc, [n, ho0 - pad_h, w0 - pad_w, c0], bar, x_buf)
 
     @gluon.jit
     def dw_rows(
         dy_desc, x_desc, dw, G, TAPS, pad_h, pad_w, WS, BHB, total_steps, ks_iters, cblocks,
-        KY: gl.constexpr, KX: gl.constexpr, DH: gl.constexpr, DW: gl.constexpr,
+        KY: gl.constexpr, KX: gl.constexpr, DH: gl.constexpr, DW: gl.constexpr, WT: gl.constexpr,
         STAGES: gl.constexpr, num_warps: gl.constexpr,
     ):  # fmt: skip
-        RB: gl.constexpr = dy_desc.block_type.shape[1]
-        WT: gl.constexpr = dy_desc.block_type.shape[2]
-        BC: gl.constexpr = dy_desc.block_type.shape[3]
-        BH: gl.constexpr = RB - (KY - 1) * DH  # output rows a step; its x rows are the box's RB
+        DYB: gl.constexpr = dy_desc.block_type.shape[1]
+        RB: gl.constexpr = x_desc.block_type.shape[1]
+        XW: gl.constexpr = x_desc.block_type.shape[2]
+        BC: gl.constexpr = x_desc.block_type.shape[3]
+        BH: gl.constexpr = RB - (KY - 1) * DH  # output rows a step: the x box holds exactly their rows
+        NDY: gl.constexpr = BH // DYB  # dy boxes a step
         dtype: gl.constexpr = dy_desc.dtype
         L: gl.constexpr = _tile_layout(WT, BC, num_warps)
-        # the boxes land unswizzled (swizzle_byte_width=0): plain row-major [RB * WT, BC], and a
-        # box row is the aligned slice [r * WT, WT) (the kx shift is in the TMA coordinates: one x
-        # box per kx, since a shared-memory view only slices at multiples of its length)
+        # The boxes land unswizzled (swizzle_byte_width=0), so a box is plain row-major
+        # [rows * cols, BC]. A shared-memory view only slices at multiples of its length, so the
+        # shifted window of tap (ky, kx) is a gather along the rows: per thread one vector load
+        # (the index is the same for its channels), at a compile-time offset.
         PLAIN: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-        NB: gl.constexpr = KX + 1  # boxes a step: dy, then x at each kx
 
         pid = gl.program_id(0)
         cb = pid % cblocks
@@ -103,14 +107,17 @@ def _kernel():
         it0 = split * ks_iters
         n_it = gl.minimum(ks_iters, total_steps - it0)
 
-        bufs = gl.allocate_shared_memory(dtype, [STAGES * NB, 1, RB, WT, BC], dy_desc.layout)
+        dy_bufs = gl.allocate_shared_memory(dtype, [STAGES * NDY, 1, DYB, WT, BC], dy_desc.layout)
+        x_bufs = gl.allocate_shared_memory(dtype, [STAGES, 1, RB, XW, BC], x_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(bars.index(q), count=1)
         for q in gl.static_range(STAGES - 1):
             if q < n_it:
-                _issue(dy_desc, x_desc, bars.index(q), bufs, q * NB, it0 + q, c0, WS, BHB, pad_h, pad_w, BH, KX, DW)
+                _issue(dy_desc, x_desc, bars.index(q), dy_bufs, x_bufs.index(q), q * NDY, it0 + q, c0, WS, BHB,
+                       pad_h, pad_w, BH, WT)  # fmt: skip
 
+        cols = gl.arange(0, WT, layout=gl.SliceLayout(1, L))[:, None] + gl.zeros([WT, BC], gl.int32, layout=L)
         acc = ()
         for t in gl.static_range(KY * KX):
             acc = acc + (gl.zeros([WT, BC], gl.float32, layout=L),)
@@ -118,17 +125,18 @@ def _kernel():
             j = i + STAGES - 1
             if j < n_it:  # the slot of step i-1: every warp left it behind the barrier that ended i-1
                 sj = j % STAGES
-                _issue(dy_desc, x_desc, bars.index(sj), bufs, sj * NB, it0 + j, c0, WS, BHB, pad_h, pad_w, BH, KX, DW)
+                _issue(dy_desc, x_desc, bars.index(sj), dy_bufs, x_bufs.index(sj), sj * NDY, it0 + j, c0, WS, BHB,
+                       pad_h, pad_w, BH, WT)  # fmt: skip
             s = i % STAGES
             mbarrier.wait(bars.index(s), (i // STAGES) & 1)
-            dyb = bufs.index(s * NB).reinterpret(shape=[RB * WT, BC], layout=PLAIN)
+            xb = x_bufs.index(s).reinterpret(shape=[RB * XW, BC], layout=PLAIN)
             for r in gl.static_range(BH):
-                d = dyb.slice(r * WT, WT, 0).load(L).to(gl.float32)
+                dyb = dy_bufs.index(s * NDY + r // DYB).reinterpret(shape=[DYB * WT, BC], layout=PLAIN)
+                d = dyb.slice((r % DYB) * WT, WT, 0).load(L).to(gl.float32)
                 nacc = ()
                 for ky in gl.static_range(KY):
                     for kx in gl.static_range(KX):
-                        xb = bufs.index(s * NB + 1 + kx).reinterpret(shape=[RB * WT, BC], layout=PLAIN)
-                        xv = xb.slice((r + ky * DH) * WT, WT, 0).load(L).to(gl.float32)
+                        xv = xb.gather(cols + ((r + ky * DH) * XW + kx * DW), 0).to(gl.float32)
                         nacc = nacc + (acc[ky * KX + kx] + xv * d,)
                 acc = nacc
             gl.barrier()
@@ -151,12 +159,19 @@ def build(cfg, dtype):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    k, rb, wt, bc, stages, warps = cfg
-    box = f"tensordesc<{dtype}[1,{rb},{wt},{bc}],{_layout_repr(4)}>"
-    sig = {"dy_desc": box, "x_desc": box, "dw": "*fp32"}
+    k, wt, bc, stages, warps = cfg
+    rb = 8  # x rows a step: 6 output rows of a 3x3 filter, 4 of a 5x5
+    bh = rb - (k - 1)
+    dyb = bh & -bh  # dy rows a box: the largest power of two dividing bh
+    xw = 1 << (wt + k - 2).bit_length()
+    sig = {
+        "dy_desc": f"tensordesc<{dtype}[1,{dyb},{wt},{bc}],{_layout_repr(4)}>",
+        "x_desc": f"tensordesc<{dtype}[1,{rb},{xw},{bc}],{_layout_repr(4)}>",
+        "dw": "*fp32",
+    }
     for name in ("G", "TAPS", "pad_h", "pad_w", "WS", "BHB", "total_steps", "ks_iters", "cblocks"):
         sig[name] = "i32"
-    consts = {"KY": k, "KX": k, "DH": 1, "DW": 1, "STAGES": stages, "num_warps": warps}
+    consts = {"KY": k, "KX": k, "DH": 1, "DW": 1, "WT": wt, "STAGES": stages, "num_warps": warps}
     for name in consts:
         sig[name] = "constexpr"
     src = GluonASTSource(_kernel(), sig, constexprs=consts, attrs={(2,): [["tt.divisibility", 16]]})
@@ -164,7 +179,7 @@ def build(cfg, dtype):
     md = kern.metadata
     meta = {
         "name": md.name,
-        "config": dict(K=k, RB=rb, BH=rb - (k - 1), WT=wt, BC=bc, stages=stages, num_warps=warps, dtype=dtype),
+        "config": dict(K=k, RB=rb, BH=bh, DYB=dyb, WT=wt, XW=xw, BC=bc, stages=stages, num_warps=warps, dtype=dtype),
         "shared": md.shared,
         "num_warps": md.num_warps,
         "tensordesc_meta": list(getattr(md, "tensordesc_meta", None) or []),
@@ -184,7 +199,7 @@ def cmd_build(args):
             cubin, meta, asm = build(cfg, dtype)
             meta["params"] = param_layout(asm["ptx"], meta["name"])
             c = meta["config"]
-            tag = f"{dtype}_k{c['K']}_rb{c['RB']}_wt{c['WT']}_bc{c['BC']}_s{c['stages']}w{c['num_warps']}"
+            tag = f"{dtype}_k{c['K']}_wt{c['WT']}_bc{c['BC']}_s{c['stages']}w{c['num_warps']}"
             meta["tag"] = tag
             regs, spill = _regs(asm["ptx"])
             meta["regs"], meta["spill_bytes"] = regs, spill
@@ -384,7 +399,7 @@ def product_timer(cache, reps, warmup):
         try:
             kw = dict(filter_size=k, stride=1, padding=p, dilation=1, groups=g)
             if dw_dtype == "fp32":
-                kw["dw_dtype"] = torch.float32
+                kw["dw_dtype"] = "fp32"
             f = lambda: skwgrad.wgrad(x_nchw, dy_nchw, **kw)  # noqa: E731
             got = f()
             torch.cuda.synchronize()
