@@ -249,12 +249,11 @@ def load_rows(paths, only):
     return rows
 
 
-def pick_configs(kernels, r):
-    """The configurations worth timing on a row: its filter size and dtype, the column block
-    covering Wo with the least padding (then the wider one), every channel block."""
-    k, wo = int(r["x"]), int(r["w"])
+def pick_configs(kernels, r, tags=()):
+    """The configurations of a row's filter size and dtype (those named in ``tags`` if any)."""
+    k = int(r["x"])
     out = [(m, fn) for m, fn in kernels if m["config"]["K"] == k and m["config"]["dtype"] == r["dtype"]]
-    return out
+    return [(m, fn) for m, fn in out if not tags or m["tag"] in tags]
 
 
 def time_us(fn, reps, warmup):
@@ -276,7 +275,7 @@ def time_us(fn, reps, warmup):
     return t[len(t) // 2]
 
 
-def run_row(gpu, r, kernels, reps, warmup, product):
+def run_row(gpu, r, kernels, reps, warmup, product, tags=(), fixed_ks=()):
     import ctypes
 
     import torch
@@ -313,7 +312,7 @@ def run_row(gpu, r, kernels, reps, warmup, product):
     out["dw_dtype"] = r.get("dw_dtype") or r["dtype"]
     stream = torch.cuda.current_stream().cuda_stream
     results = []
-    for meta, fn in pick_configs(kernels, r):
+    for meta, fn in pick_configs(kernels, r, tags):
         c = meta["config"]
         bh, wtile, bc = c["BH"], c["WT"], c["BC"]
         if bc > 2 * max(g, 16) or wtile > 2 * max(wo, 8):
@@ -329,6 +328,7 @@ def run_row(gpu, r, kernels, reps, warmup, product):
         WS, BHB = -(-wo // wtile), -(-ho // bh)
         total = n * BHB * WS
         degrees = sorted({max(1, min(total, round(f * gpu.sms / cblocks))) for f in (1, 2, 3, 4, 6)})
+        degrees = list(fixed_ks) or degrees
         for ks in degrees:
             ks_iters = -(-total // ks)
             ks = -(-total // ks_iters)
@@ -433,7 +433,9 @@ def cmd_run(args):
             break
         t0 = time.time()
         try:
-            res = run_row(gpu, r, kernels, args.reps, args.warmup, product)
+            tags = [t for t in args.configs.split(",") if t]
+            fixed = [int(v) for v in args.ks.split(",") if v]
+            res = run_row(gpu, r, kernels, args.reps, args.warmup, product, tags, fixed)
         except Exception as e:  # noqa: BLE001
             res = {"name": r["name"], "error": f"{type(e).__name__}: {e}"[:300]}
         doc["rows"].append(res)
@@ -474,6 +476,8 @@ def main():
     r.add_argument("--reps", type=int, default=30)
     r.add_argument("--warmup", type=int, default=3)
     r.add_argument("--budget-s", type=float, default=240)
+    r.add_argument("--configs", default="", help="only these configuration tags (comma-separated)")
+    r.add_argument("--ks", default="", help="only these split degrees (comma-separated)")
     args = ap.parse_args()
     {"build": cmd_build, "run": cmd_run}[args.cmd](args)
 
