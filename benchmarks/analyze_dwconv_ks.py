@@ -338,6 +338,8 @@ def loso(rows, name, sets):
 
 def fmt(sc):
     w, n, s, inex = sc
+    if not n:
+        return "-"
     return f"{w}/{n} {math.exp(s / n):.3f}" + (f" ({inex} inexact)" if inex else "")
 
 

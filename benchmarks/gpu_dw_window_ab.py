@@ -6,7 +6,8 @@ Per depthwise row whose auto pick is a window kernel, in one process on one devi
 verification of ``gpu_fused_ab.run_row``: every launch verified three times against float64 with dW
 and the workspace poisoned, medians of event-timed launches in interleaved rounds, cuDNN beside):
 ``auto``, and for each of ``--modes`` cached with auto's other fields the same kernel of that mode,
-at the split degree the family's rule gives it (``<mode>``) and at auto's degree (``<mode>_ksauto``).
+at the split degree the family's rule gives it (``<mode>``), at auto's degree (``<mode>_ksauto``) and
+at the degree of the rule before it filled the SMs on small layers (``<mode>_ksold``), where they differ.
 A narrower strip holds fewer registers (more co-resident CTAs on latency-bound small layers) and
 wastes fewer columns when Wo is not a multiple of 7, but reuses each x vector over fewer outputs.
 """
@@ -27,14 +28,15 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 
 def window_entrants(p, cache, arch, cus, occ, modes):
+    from skwgrad.abi.launch import dwconv_ks_count
     from skwgrad.launcher.plan import Kernel
-    from skwgrad.launcher.select import _family_ks, choose
+    from skwgrad.launcher.select import _as_epilogue_takes, _family_ks, choose
 
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     out = {"auto": auto}
     if auto.spec.family != "dwconv" or not auto.spec.dwconv_window.bw:
         return out
-    for mode in modes:
+    for mode in dict.fromkeys([*modes, auto.spec.mode]):  # auto's own mode too: its split degrees
         want = dataclasses.replace(auto.spec, mode=mode)
         e = next((e for e in cache.find(arch, family="dwconv") if e.spec == want), None)
         if e is None:
@@ -44,6 +46,11 @@ def window_entrants(p, cache, arch, cus, occ, modes):
         out[mode] = dataclasses.replace(auto, kernel=k, ks_count=n, reason=mode)
         if n != auto.ks_count:
             out[f"{mode}_ksauto"] = dataclasses.replace(auto, kernel=k, ks_count=auto.ks_count, reason=mode)
+        # the rule before it filled the SMs on small layers (launch.dwconv_ks_count's fill_wave)
+        old = dwconv_ks_count(p, bc=want.bm, br=want.bk, compute_units=cus, mode=mode, resident=occ(k) if occ else None, fill_wave=False)
+        old = _as_epilogue_takes(p, k, old)
+        if old != n:
+            out[f"{mode}_ksold"] = dataclasses.replace(auto, kernel=k, ks_count=old, reason=mode)
     return out
 
 
@@ -116,6 +123,12 @@ def main():
                 pairs.append((x, y))
         s[f"{ref}_over_{m}_geomean"] = geo([x / y for x, y in pairs])
         s[f"{m}_faster_than_{ref}_rows"] = sum(1 for x, y in pairs if y < x)
+    # the split rule that fills the SMs against the rule before it, same kernel: old / new time
+    fill = [r["rows"][f"{m}_ksold"]["us"] / r["rows"][m]["us"] for r in doc["rows"] for m in modes
+            if r["rows"].get(f"{m}_ksold", {}).get("us") and r["rows"].get(m, {}).get("us")]  # fmt: skip
+    s["ksold_over_rule_geomean"] = geo(fill)
+    s["ksold_over_rule_launches"] = len(fill)
+    s["rule_faster_launches"] = sum(1 for v in fill if v > 1)
     doc["summary"] = s
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
     print("summary", json.dumps(s))

@@ -76,6 +76,9 @@ def test_window_ab_times_both_strips_and_writes_its_summary(tmp_path, monkeypatc
         modes = {v["kernel"].split("_")[-2] for v in r["rows"].values()}
         assert {"win7r3", "win5r3"} <= modes  # the default's strip is timed whatever auto takes
     assert "win7r3_over_win5r3_geomean" in doc["summary"]
+    # tiny layers: the rule before the split filled the SMs gives another degree, timed beside it
+    assert all(any(k.endswith("_ksold") for k in r["rows"]) for r in doc["rows"])
+    assert doc["summary"]["ksold_over_rule_launches"] >= 2
 
 
 def test_fused_ab_runs_without_the_fused_kernels(tmp_path, monkeypatch, fake_device):

@@ -338,3 +338,24 @@ def test_window_ks_follows_waves_and_atomics():
     ks = dwconv_ks_count(big, bc=16, br=16, compute_units=cus, mode="win7r5")
     assert ks * 4 > 2 * cus
     assert ks > dwconv_ks_count(big, bc=16, br=16, compute_units=cus, mode="win7r5", ctas_per_cu=2)
+
+
+def test_window_split_fills_the_sms_on_small_layers():
+    """Where DWCONV_WIN_MIN_STEPS would leave SMs idle (136 channels of 13 px on 32 images: 9
+    channel blocks x 13 steps, at most 6 splits of 2 steps = 54 CTAs on 132 SMs), a split may go
+    down to one step: the rule now runs 117 CTAs, and the rule before it (fill_wave=False)
+    stays below. A layer whose capped degree already fills the SMs is unchanged."""
+    cus = 132
+    small = parse_problem("n=32,c=136,k=136,g=136,h=13,w=13,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
+    t = dwconv_tiling(small, 16, 1, 64, "win7r3")
+    assert (t.num_tiles, t.iters_per_tile) == (9, 13)
+    ks = dwconv_ks_count(small, bc=16, br=64, compute_units=cus, mode="win7r3")
+    before = dwconv_ks_count(small, bc=16, br=64, compute_units=cus, mode="win7r3", fill_wave=False)
+    assert before * t.num_tiles < cus
+    assert ks == 13 and ks * t.num_tiles > before * t.num_tiles  # one step a split: 117 CTAs, not 54 (or 45)
+    big = parse_problem("n=32,c=384,k=384,g=384,h=27,w=27,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
+    assert dwconv_ks_count(big, bc=16, br=64, compute_units=cus, mode="win7r3") == dwconv_ks_count(
+        big, bc=16, br=64, compute_units=cus, mode="win7r3", fill_wave=False
+    )
+    # the gather kernels keep DWCONV_MIN_STEPS
+    assert dwconv_ks_count(small, bc=64, br=4, compute_units=cus) == dwconv_ks_count(small, bc=64, br=4, compute_units=cus, fill_wave=False)

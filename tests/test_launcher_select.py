@@ -418,8 +418,9 @@ def test_depthwise_and_grouped_problems_take_their_families():
     s3 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,stride=3")  # no window kernel: the gather one
     assert S.choose(s3, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.bn == 16  # 9 taps fit 16
     assert ch.spec.variant == ("direct" if ch.ks_count == 1 else "workspace") and ch.stage2 is not None
-    # the 3-wide filter's strip width: the fewest output columns computed, the widest on ties
-    for width, mode in ((14, "win7r3"), (15, "win5r3"), (56, "win7r3"), (57, "win5r3"), (113, "win5r3")):
+    # the 3-wide filter's strip width: the fewest x vectors loaded per output row (strips x window),
+    # the widest on ties: 5 where 7 wastes many columns (15, 29 px), 7 where it wastes few (57, 113)
+    for width, mode in ((13, "win7r3"), (14, "win7r3"), (15, "win5r3"), (29, "win5r3"), (56, "win7r3"), (57, "win7r3"), (113, "win7r3")):
         q = parse_problem(f"n=8,c=144,k=144,g=144,h={width},w={width},y=3,x=3,padding=1")
         assert S.choose(q, c, arch="sm_90", cus=132, occupancy=occ(2)).spec.mode == mode, width
     odd = parse_problem("n=8,c=100,k=100,g=100,h=28,w=28,y=7,x=7,padding=3")

@@ -154,6 +154,11 @@ DWCONV_MIN_STEPS = 8  # a split does at least this many steps, or its epilogue d
 # window kernels: one step is BR strips x BW columns x every tap of TR rows (7-21x a gather
 # step's products), so fewer steps per split already hide the epilogue
 DWCONV_WIN_MIN_STEPS = 2
+# Filling the SMs (``fill_wave``): where DWCONV_WIN_MIN_STEPS leaves fewer CTAs than compute units (small
+# layers: 45-72 CTAs on the H200's 132 SMs), a window split may go down to one step, and the cost
+# below picks among the degrees. The same kernel at the degree that fills the SMs ran 7-18% faster
+# on the four such rows timed both ways (runs W6 and X1: 120 ch 14 px 12.5 -> 11.4 us, 128 ch
+# 15 px 14.2 -> 13.2, 136 ch 13 px 13.5 -> 11.4, 384 ch 14 px 14.0 -> 13.1).
 # The window kernels' split degree is the cheapest, by a two-term cost, of the degrees the search
 # times (1, 2, 4, 8 CTAs per CU: select.DWCONV_SEARCH_CTAS_PER_CU), so auto picks among launches
 # the search measures. Cost, in multiply-adds per channel (benchmarks/analyze_dwconv_ks.py, 91
@@ -227,8 +232,8 @@ def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str =
     )  # fmt: skip
 
 
-def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int,
-                    ctas_per_cu: int | None = None, mode: str = "", resident: int | None = None) -> int:  # fmt: skip
+def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int, ctas_per_cu: int | None = None,
+                    mode: str = "", resident: int | None = None, fill_wave: bool = True) -> int:  # fmt: skip
     """The split-K degree. With ``ctas_per_cu`` (the search's override), and for gather kernels
     (at DWCONV_CTAS_PER_CU): ``ctas_per_cu * compute_units`` CTAs over the channel blocks, each
     split keeping at least DWCONV_MIN_STEPS steps (DWCONV_WIN_MIN_STEPS for window kernels),
@@ -237,7 +242,8 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
     CTAs plus the atomics of the splits into one channel block's dW; fewer splits on a tie).
     ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``); ``resident``:
     the kernel's co-resident CTAs per CU (the device's occupancy query, or the estimate from its
-    metadata; None: DWCONV_WIN_RESIDENT, the sm_90 16-bit builds')."""
+    metadata; None: DWCONV_WIN_RESIDENT, the sm_90 16-bit builds'). ``fill_wave``: filling the SMs (above;
+    False: the rule before it, for A/B runs)."""
     win = dwconv_window(mode)
     if ctas_per_cu is None and win.bw:
         if compute_units <= 0:
@@ -245,7 +251,7 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
         t = dwconv_tiling(problem, bc, 1, br, mode)
         best = None
         for c in DWCONV_WIN_SEARCH_CTAS_PER_CU:
-            ks = dwconv_ks_count(problem, bc=bc, br=br, compute_units=compute_units, ctas_per_cu=c, mode=mode)
+            ks = dwconv_ks_count(problem, bc=bc, br=br, compute_units=compute_units, ctas_per_cu=c, mode=mode, fill_wave=fill_wave)
             cost = _dwconv_win_cost(problem, t, win, bc=bc, br=br, ks_count=ks, compute_units=compute_units, resident=resident)
             if best is None or cost < best[0]:
                 best = (cost, ks)
@@ -257,7 +263,10 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
     t = dwconv_tiling(problem, bc, 1, br, mode)
     want = math.ceil(ctas_per_cu * compute_units / t.num_tiles)
     min_steps = DWCONV_WIN_MIN_STEPS if win.bw else DWCONV_MIN_STEPS
-    return max(1, min(want, t.iters_per_tile // min_steps, t.iters_per_tile))
+    cap = t.iters_per_tile // min_steps
+    if win.bw and fill_wave and cap * t.num_tiles < compute_units:
+        cap = t.iters_per_tile  # filling the SMs: down to one step a split rather than idle SMs
+    return max(1, min(want, cap, t.iters_per_tile))
 
 
 def _dwconv_win_cost(problem: ConvProblem, t: Tiling, win: DwWindow, *, bc: int, br: int, ks_count: int,

@@ -581,11 +581,16 @@ def _tuned_choice(cache, arch, cus, problem, options: LaunchOptions) -> Choice |
         return None  # stale or foreign record: fall back to the model
 
 
-def _strip_columns(problem: ConvProblem, spec) -> int:
-    """Output columns a dwconv window kernel computes per output row: Wo rounded up to its strips
-    (0 for a gather kernel)."""
-    bw = spec.dwconv_window.bw
-    return -(-problem.wo // bw) * bw if bw else 0
+def _strip_loads(problem: ConvProblem, spec) -> int:
+    """x vectors a dwconv window kernel loads per output row and tap row: its strips (Wo rounded up
+    to BW columns) times the window each strip reads (SW * (BW - 1) + DL * (X - 1) + 1 columns); 0
+    for a gather kernel. A narrower strip computes fewer padding columns but loads more window per
+    column: strips of 5 win where 7 wastes many columns (15 px: 21 loads against 27), strips of 7
+    where it wastes few (57 px: 81 against 84; 113 px: 153 against 161)."""
+    w = spec.dwconv_window
+    if not w.bw:
+        return 0
+    return -(-problem.wo // w.bw) * (w.sw * (w.bw - 1) + w.dl * (problem.x - 1) + 1)
 
 
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
@@ -610,9 +615,10 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
         # stride and dilation along W it was built for) before any gather kernel; then the
         # smallest tap count holding the filter; then the "taps" layout, the faster one on the
         # H200 wherever both were built (benchmarks/RESULTS.md, 2026-12-01). Among window kernels,
-        # the strip width that computes the fewest output columns (ceil(Wo / BW) * BW: the work
-        # per column is about the same at every width), the widest on ties (H200 run W6)
-        rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn, _strip_columns(problem, k.spec), -k.spec.dwconv_window.bw),  # noqa: E731
+        # the strip width that loads the fewest x vectors per output row (_strip_loads), the widest
+        # on ties (H200 runs W6, X1: at 57 and 113 px, where 5 saves 3-5% of the columns, strips of
+        # 7 were as fast or 7% faster)
+        rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn, _strip_loads(problem, k.spec), -k.spec.dwconv_window.bw),  # noqa: E731
                               k.spec.mode != "taps", k.label)  # fmt: skip
     else:
         rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
