@@ -79,8 +79,8 @@ def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
     out += [_k("wgrad", "direct", "fp32", precision=pr) for pr in ("ieee", "tf32")]
     out += [KernelSpec("stage2", "reduce", d, d, block=STAGE2_BLOCK, num_warps=4) for d in ("bf16", "fp32", "fp16")]
     out += [pad_spec(d) for d in ("bf16", "fp32")]  # the channel-padding copies (unaligned channel counts)
-    if arch == "sm_90":  # the TMA im2col family builds for sm_90 only
-        out += [spec for spec, _ in TMA_KINDS]
+    if arch == "sm_90":  # the TMA families build for sm_90 only
+        out += [spec for spec, _ in TMA_KINDS] + [spec for spec, _ in DWCONV_TMA_KINDS]
     return out
 
 
@@ -98,6 +98,27 @@ TMA_KINDS = [
     (_tma("workspace", "fp32", mode="persistent"), [{"pool": 5, "ks_count": 1}, {"pool": 7, "ks_count": 3}]),
     (_tma("atomic", "fp32", mode="streamk"), [{"pool": 5}, {"pool": 11}]),
 ]
+
+
+def _dwtma(variant, dtype="bf16", *, k=3):
+    return KernelSpec("dwconv_tma", variant, dtype, "fp32" if variant == "atomic" else dtype, vec_c=8, vec_k=8, bm=32, bn=k, bk=16,
+                      num_warps=4, num_stages=3)  # fmt: skip
+
+
+# The TMA depthwise family: both epilogues, 3x3 and 5x5, at 1 split, a few, and one step a split
+DWCONV_TMA_KINDS = [
+    (_dwtma("atomic"), [1, 3, 10**6]),
+    (_dwtma("workspace"), [1, 4]),
+    (_dwtma("atomic", "fp16", k=5), [2, 10**6]),
+    (_dwtma("workspace", k=5), [3]),
+]
+# partial channel blocks (40, 72), partial row and column blocks, no padding, asymmetric padding
+DWCONV_TMA_SHAPES = {
+    "dw40_9x21": "n=3,c=40,k=40,g=40,h=9,w=21,padding=1",
+    "dw72_13x11": "n=2,c=72,k=72,g=72,h=13,w=11,padding=1",
+    "dw32_10x12_nopad": "n=2,c=32,k=32,g=32,h=10,w=12",
+    "dw64_15x17_asym": "n=2,c=64,k=64,g=64,h=15,w=17,pad_lo=1x0,pad_hi=0x1",
+}
 
 
 class KernelSet:
@@ -343,6 +364,25 @@ def test_tma_every_epilogue_and_walk(backend, kernels, problem_inputs, shape, ki
     p, inputs, ref = problem_inputs(TMA_SHAPES[shape], spec.dw_dtype)
     for setting in settings:
         plan = Plan(p, kernels[spec], backend, stage2=_stage2(kernels, spec.dw_dtype), **setting)
+        run_checked(backend, plan, inputs, ref)
+
+
+@pytest.mark.parametrize("shape", list(DWCONV_TMA_SHAPES))
+@pytest.mark.parametrize("kind", range(len(DWCONV_TMA_KINDS)))
+def test_dwconv_tma_every_epilogue(backend, kernels, problem_inputs, shape, kind):
+    from skwgrad.launcher.plan import Plan
+
+    if backend.arch != "sm_90":
+        pytest.skip("the TMA depthwise family builds for sm_90 only")
+    spec, degrees = DWCONV_TMA_KINDS[kind]
+    k = spec.bn
+    text = DWCONV_TMA_SHAPES[shape] + f",y={k},x={k}"
+    if k == 5:
+        text = text.replace("padding=1", "padding=2")
+    p, inputs, ref = problem_inputs(text, spec.dw_dtype, spec.dtype)
+    steps = Plan(p, kernels[spec], backend, ks_count=1, stage2=_stage2(kernels, spec.dw_dtype)).geometry.tiling.iters_per_tile
+    for ks in degrees:
+        plan = Plan(p, kernels[spec], backend, ks_count=min(ks, steps), stage2=_stage2(kernels, spec.dw_dtype))
         run_checked(backend, plan, inputs, ref)
 
 

@@ -55,11 +55,15 @@ class FakeEntry:
 
 
 KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce", "dwconv": "dwconv_wgrad", "grouped": "grouped_wgrad", "pad": "pad_rows",
-                "wgrad_tma": "wgrad_tma"}  # fmt: skip
+                "wgrad_tma": "wgrad_tma", "dwconv_tma": "dwconv_tma"}  # fmt: skip
 
 
 def fake_tensor_maps(spec: KernelSpec) -> list[dict]:
-    """The descriptor metadata the compiler records for a wgrad_tma kernel (boxes split at 64 columns)."""
+    """The descriptor metadata the compiler records for a TMA kernel: wgrad_tma's boxes split at
+    64 columns (128-byte swizzle), dwconv_tma's whole and unswizzled."""
+    if spec.family == "dwconv_tma":
+        return [{"swizzle": 0, "elem_size": 2, "elem_type": 10, "block_size": list(box), "fp4_padded": False, "is_im2col": im2col}
+                for im2col, box in spec.tensor_map_boxes]  # fmt: skip
     box = lambda rows, cols, im2col: {"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [rows, min(cols, 64)],  # noqa: E731
                                       "fp4_padded": False, "is_im2col": im2col}  # fmt: skip
     return [box(spec.bk, spec.bm, False), box(spec.bk, spec.tma_channels, True)]
@@ -85,7 +89,7 @@ def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int
         "kernarg": {"names": list(decl.names), "offsets": [s.offset for s in slots[: len(decl.args)]], "size": size, "tail_pointers": tail},
         "flags_per_cta": threads if (spec.family == "wgrad_sk" and spec.variant in ("linear", "tree")) else 0,
         "compiler": "triton-fake",
-        **({"tensor_maps": fake_tensor_maps(spec)} if spec.family == "wgrad_tma" else {}),
+        **({"tensor_maps": fake_tensor_maps(spec)} if spec.tensor_map_boxes else {}),
     }
 
 
@@ -493,6 +497,48 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
         _store(be, a["ws_ptr"], ref, "fp32")
 
 
+def _emulate_dwconv_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
+    """A dwconv_tma launch: the problem from its two tensor maps' shapes and the scalars (whose
+    requests and loop scalars must be the geometry's for it), then the epilogue (atomic into the
+    fp32 dW, workspace into the zeroed replica)."""
+    from skwgrad.abi.launch import dwconv_tma_geometry
+
+    n, h, w, g = (a[f"x_shape{i}"] for i in range(4))
+    dn, ho, wo, dg = (a[f"dy_shape{i}"] for i in range(4))
+    k = spec.bn
+    if (dn, dg) != (n, g) or a["G"] != g or a["TAPS"] != k * k:
+        raise FakeFault(f"dy {dn}x{dg} / G {a['G']} / TAPS {a['TAPS']} do not match x's {n} images of {g} channels and a {k}x{k} filter")
+    ph, pw = a["pad_h"], a["pad_w"]
+    p = ConvProblem(n=n, c=1, k=1, g=g, hi=h, wi=w, y=k, x=k, pad_lo=(0, ph, pw), pad_hi=(0, ho + k - 1 - h - ph, wo + k - 1 - w - pw),
+                    dtype=spec.dtype, dw_dtype=spec.dw_dtype)  # fmt: skip
+    if (p.ho, p.wo) != (ho, wo):
+        raise FakeFault(f"dy is {ho}x{wo}; x {h}x{w} with padding {ph},{pw} gives {p.ho}x{p.wo}")
+    ks = -(-a["total_steps"] // a["ks_iters"])
+    geo = dwconv_tma_geometry(p, spec.variant, bc=spec.bm, taps=k, wt=spec.bk, ks_count=ks)
+    for name in ("WS", "BHB", "total_steps", "ks_iters", "cblocks"):
+        if a[name] != geo.scalars[name]:
+            raise FakeFault(f"{name} = {a[name]}, the launch needs {geo.scalars[name]}")
+    if grid != geo.grid:
+        raise FakeFault(f"grid {grid} for {geo.grid} CTAs (channel blocks x splits)")
+    ptrs = {}
+    for name, operand in (("dy_map", "dy"), ("x_map", "x")):
+        index, ptr = a[name]
+        req, desc = be.tmap_requests[index]
+        want = next(r for r in geo.tensor_maps if r.operand == operand)
+        if req != want:
+            raise FakeFault(f"{name} was encoded for {req}, the launch needs {want}")
+        ptrs[operand] = ptr
+    ref = _reference(be, p, {**a, **ptrs})
+    numel = p.dw_numel
+    if spec.variant == "atomic":
+        _store(be, a["dw"], be.read_array(a["dw"], numel, "fp32").astype(np.float64) + ref, "fp32")
+    else:
+        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
+        if np.any(cur != 0):
+            raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
+        _store(be, a["ws_ptr"], ref, "fp32")
+
+
 def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
     """What the real kernel would leave in memory (float64 math, rounded on store)."""
     if spec.family == "pad":  # per copy: dst[r, c] = src[row(r) * src_pitch + c] for c < width, else 0
@@ -507,6 +553,9 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
         return
     if spec.family == "wgrad_tma":
         _emulate_tma(be, spec, a, grid)
+        return
+    if spec.family == "dwconv_tma":
+        _emulate_dwconv_tma(be, spec, a, grid)
         return
     p = _problem_from_args(a, spec, spec.dtype, spec.dw_dtype)
     if a["ks_count"] <= 0 or a["ks_iters"] <= 0:

@@ -222,6 +222,11 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         configs = {"": TMA_CONFIGS, "persistent": TMA_PERSISTENT, "streamk": ()}[s.mode]  # stream-K: broad/full only
         return (get_arch(arch).tma_im2col and s.dtype != "fp32" and s.variant in (("direct", split) if s.mode != "streamk" else (split,))
                 and (s.bm, s.bn, s.bk, s.block, s.num_warps, s.num_stages) in configs)  # fmt: skip
+    if s.family == "dwconv_tma":  # sm_90, 16-bit inputs: the measured 32-channel x 16-column configuration, one epilogue per dW
+        from skwgrad.aot.sweep import DWCONV_TMA_CONFIGS
+
+        return (get_arch(arch).tma_im2col and s.dtype != "fp32" and s.variant == ("workspace" if s.dw_dtype == s.dtype else "atomic")
+                and (s.bn, s.bm, s.bk, s.num_warps, s.num_stages) in DWCONV_TMA_CONFIGS)  # fmt: skip
     if s.family == "grouped":  # 2-D, width W, GB*K = BM for K = 8 at BM 32 and 64 (BN 64); 16-bit: GB 4 and 2 at 64x64, 16 and 8 at 64x128
         tile = (s.block, s.bm, s.bn)
         tiles = ((4, 32, 64), (8, 64, 64)) + (((4, 64, 64), (16, 64, 128), (8, 64, 128), (2, 64, 64)) if s.dtype != "fp32" else ())
@@ -384,9 +389,9 @@ def test_dry_run_prints_counts_and_touches_nothing(tmp_path):
     for arch in ("gfx942", "gfx950"):
         line = next(ln for ln in r.output.splitlines() if ln.startswith(arch) and " bf16 " in ln)
         nums = [int(v) for v in line.split()[2:]]
-        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "stage2", "pad")
-        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:7])]
-        assert nums[4] == 0 and all(n for i, n in enumerate(nums) if i != 4)  # no TMA on AMD
+        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "dwconv_tma", "stage2", "pad")
+        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:8])]
+        assert nums[4] == nums[5] == 0 and all(n for i, n in enumerate(nums) if i not in (4, 5))  # no TMA on AMD
     assert not cache.exists()
 
 

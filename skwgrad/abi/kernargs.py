@@ -54,7 +54,7 @@ SK_SCALARS = (
 PAD_COPIES = 2
 PAD_COPY_SCALARS = ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows", "scatter")
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma", "dwconv_tma")
 HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
 # Split-K epilogues: direct (ks_count = 1), atomic (fp32 dW), two_stage (a whole f32 replica per
 # split, summed in order: deterministic), workspace (atomics into one f32 replica that Stage-2
@@ -208,6 +208,8 @@ def declaration(family: str, variant: str) -> KernargDecl:
         args = _dwconv_args(variant, family)
     elif family == "wgrad_tma":
         args = _tma_args(variant)
+    elif family == "dwconv_tma":
+        args = _dwconv_tma_args(variant)
     elif family == "pad":
         if variant != "rows":
             raise AbiError(f"pad variant {variant!r} is not 'rows'")
@@ -346,11 +348,34 @@ TMA_DESCRIPTORS = (("dy_desc", "dy", 2), ("x_desc", "x", 4))  # (kernel paramete
 def _tma_args(variant: str) -> list[Arg]:
     if variant not in TMA_VARIANTS:
         raise AbiError(f"wgrad_tma epilogue {variant!r} is not one of {', '.join(TMA_VARIANTS)}")
+    return _descriptor_args(TMA_DESCRIPTORS, variant, TMA_SCALARS)
+
+
+def _descriptor_args(descriptors, variant: str, scalars) -> list[Arg]:
+    """The kernargs of a Gluon TMA kernel: per descriptor parameter its tensor map, shape (i32
+    each) and strides in elements (i64 each), as Triton passes them; then dW, the workspace
+    replica (live for ``workspace``) and the scalars."""
     args = []
-    for param, prefix, rank in TMA_DESCRIPTORS:
+    for param, prefix, rank in descriptors:
         args.append(Arg(f"{prefix}_map", "tmap", part_of=param))
         args += [Arg(f"{prefix}_shape{i}", "i32", part_of=param) for i in range(rank)]
         args += [Arg(f"{prefix}_stride{i}", "i64", part_of=param) for i in range(rank)]
     args += [Arg("dw", "ptr", "dw"), Arg("ws_ptr", "ptr", "f32", reserved=variant != "workspace")]
-    args += [Arg(n, "i32") for n in TMA_SCALARS]
-    return args
+    return args + [Arg(n, "i32") for n in scalars]
+
+
+# -- TMA depthwise family (``dwconv_tma``: skwgrad/aot/kernels/dwconv_tma.py, sm_90 only) ----------
+# dy and x reach the kernel as two 4-D tiled tensor maps over the [N, Ho, Wo, G] and [N, Hi, Wi, G]
+# tensors (each its map, shape and strides, as for wgrad_tma); then dW, the workspace replica (live
+# for ``workspace``) and the scalars of the loop: a step is one box of output rows x WT columns of
+# one image, WS column blocks a row, BHB row blocks an image, total_steps in all, ks_iters a split,
+# cblocks channel blocks (split-major grid).
+DWCONV_TMA_VARIANTS = ("atomic", "workspace")
+DWCONV_TMA_SCALARS = ("G", "TAPS", "pad_h", "pad_w", "WS", "BHB", "total_steps", "ks_iters", "cblocks")
+DWCONV_TMA_DESCRIPTORS = (("dy_desc", "dy", 4), ("x_desc", "x", 4))
+
+
+def _dwconv_tma_args(variant: str) -> list[Arg]:
+    if variant not in DWCONV_TMA_VARIANTS:
+        raise AbiError(f"dwconv_tma epilogue {variant!r} is not one of {', '.join(DWCONV_TMA_VARIANTS)}")
+    return _descriptor_args(DWCONV_TMA_DESCRIPTORS, variant, DWCONV_TMA_SCALARS)

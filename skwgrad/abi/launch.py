@@ -88,6 +88,8 @@ def launch_geometry(
                             streamk=mode == "streamk")  # fmt: skip
     if family == "grouped":
         return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
+    if family == "dwconv_tma":
+        return dwconv_tma_geometry(problem, variant, bc=bm, taps=bn, wt=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
     if tiling.num_tiles > kernargs.I32_MAX or tiling.total_iters > kernargs.I32_MAX:
         raise ProblemError(f"{tiling.num_tiles} tiles x {tiling.iters_per_tile} iterations overflow the kernels' i32 counters")
@@ -501,6 +503,73 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
     )  # fmt: skip
     mode = "streamk" if streamk else "persistent" if pool else ""
     return LaunchGeometry(p, "wgrad_tma", variant, mode, tiling, grid, ks_count, ks_iters, None, ws, scalars, maps)
+
+
+# -- TMA depthwise family (``dwconv_tma``, sm_90): channel blocks x splits of row-box steps --------
+# A step is BH = DWCONV_TMA_X_ROWS - (X - 1) output rows x WT columns of one image; steps walk
+# (image, row block, column block). Split-K over the steps, grid = channel blocks x ks_count.
+# Split rule: DWCONV_TMA_CTAS_PER_CU CTAs per CU over the channel blocks (H200, session 19,
+# benchmarks/dw_tma_proto.py on 10 layers of 256-768 channels: the fastest of 5 timed degrees on 9,
+# within 1% on the tenth; one CTA per SM ran 5-33% slower, 3-4 per SM 3-37% slower).
+DWCONV_TMA_CTAS_PER_CU = 2
+
+
+def dwconv_tma_tiling(problem: ConvProblem, bc: int, taps: int, wt: int) -> Tiling:
+    """tiles = channel blocks, iterations = row-box steps (N * ceil(Ho / BH) * ceil(Wo / WT))."""
+    from skwgrad.abi.spec import DWCONV_TMA_X_ROWS  # the kernel's box, part of its cache key
+
+    bh = DWCONV_TMA_X_ROWS - (taps - 1)
+    if bc <= 0 or wt <= 0 or bh <= 0:
+        raise ProblemError(f"dwconv_tma needs BC, WT > 0 and a filter of at most {DWCONV_TMA_X_ROWS} rows")
+    cblocks = math.ceil(problem.g / bc)
+    steps = problem.n * math.ceil(problem.ho / bh) * math.ceil(problem.wo / wt)
+    return Tiling(bm=bc, bn=taps, bk=wt, m_tiles_per_group=1, m_tiles=cblocks, n_tiles=1, num_tiles=cblocks, iters_per_tile=steps)
+
+
+def dwconv_tma_ks_count(problem: ConvProblem, *, bc: int, taps: int, wt: int, compute_units: int) -> int:
+    """The split degree: DWCONV_TMA_CTAS_PER_CU CTAs per CU over the channel blocks, in [1, steps]."""
+    if compute_units <= 0:
+        raise ProblemError(f"dwconv_tma_ks_count needs compute_units > 0, got {compute_units}")
+    t = dwconv_tma_tiling(problem, bc, taps, wt)
+    return max(1, min(math.ceil(DWCONV_TMA_CTAS_PER_CU * compute_units / t.num_tiles), t.iters_per_tile))
+
+
+def dwconv_tma_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, wt: int, ks_count: int) -> LaunchGeometry:
+    """One launch of a ``dwconv_tma`` kernel: ``atomic`` adds into the zeroed fp32 dW, ``workspace``
+    into one zeroed f32 replica that Stage-2 casts into dW (and zeroes again). dy and x reach the
+    kernel as 4-D tiled tensor maps over the channels-last tensors; their boxes come from the
+    kernel's metadata."""
+    kernargs.declaration("dwconv_tma", variant)
+    p = problem
+    if p.spatial_dims != 2 or (p.c, p.k) != (1, 1):
+        raise ProblemError("dwconv_tma runs 2-D depthwise problems")
+    t = dwconv_tma_tiling(p, bc, taps, wt)
+    total = t.iters_per_tile
+    if not 1 <= ks_count <= total:
+        raise ProblemError(f"ks_count must be in [1, {total}] (the row-box steps of one channel block), got {ks_count}")
+    ks_iters = math.ceil(total / ks_count)
+    ks_count = math.ceil(total / ks_iters)
+    grid = t.num_tiles * ks_count
+    if grid > kernargs.I32_MAX or p.n * p.hi * p.wi * p.g > kernargs.I32_MAX:
+        raise ProblemError(f"{grid} CTAs or {p.n * p.hi * p.wi * p.g} elements of x overflow the kernel's i32 counters")
+    from skwgrad.abi.spec import DWCONV_TMA_X_ROWS
+
+    ws = workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count)
+    g = p.g
+    scalars = {
+        "dy_shape0": p.n, "dy_shape1": p.ho, "dy_shape2": p.wo, "dy_shape3": g,
+        "dy_stride0": p.ho * p.wo * g, "dy_stride1": p.wo * g, "dy_stride2": g, "dy_stride3": 1,
+        "x_shape0": p.n, "x_shape1": p.hi, "x_shape2": p.wi, "x_shape3": g,
+        "x_stride0": p.hi * p.wi * g, "x_stride1": p.wi * g, "x_stride2": g, "x_stride3": 1,
+        "G": g, "TAPS": p.y * p.x, "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
+        "WS": math.ceil(p.wo / wt), "BHB": math.ceil(p.ho / (DWCONV_TMA_X_ROWS - (taps - 1))),
+        "total_steps": total, "ks_iters": ks_iters, "cblocks": t.num_tiles,
+    }  # fmt: skip
+    maps = (
+        TensorMapRequest("dy", "tiled", (p.n, p.ho, p.wo, g), (p.ho * p.wo * g, p.wo * g, g, 1)),
+        TensorMapRequest("x", "tiled", (p.n, p.hi, p.wi, g), (p.hi * p.wi * g, p.wi * g, g, 1)),
+    )
+    return LaunchGeometry(p, "dwconv_tma", variant, "", t, grid, ks_count, ks_iters, None, ws, scalars, maps)
 
 
 def takes_pool(spec) -> bool:

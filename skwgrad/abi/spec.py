@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
-from skwgrad.abi.kernargs import FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
+from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
@@ -25,12 +25,17 @@ STAGE2_UNROLL = 8
 # (Gluon's warp_specialize): it issues the TMA loads of the shared-memory ring.
 TMA_PRODUCER_WARPS = 1
 TMA_MODES = ("", "persistent", "streamk")  # how a wgrad_tma grid covers its work (skwgrad.abi.launch.tma_geometry)
+# The TMA depthwise kernels (``dwconv_tma``) load 8 x rows a step: 6 output rows of a 3x3 filter, 4
+# of a 5x5, each x row read once per step (the prototype's first version, a box per tap column,
+# read x 4x from L2 and was L2-bound: benchmarks/RESULTS.md, session 19).
+DWCONV_TMA_X_ROWS = 8
+TMA_FAMILIES = ("wgrad_tma", "dwconv_tma")  # Gluon kernels that read dy and x through tensor maps (sm_90)
 
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma"
-    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows; wgrad_tma: direct|atomic|workspace
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma" | "dwconv_tma"
+    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows; wgrad_tma: direct|atomic|workspace; dwconv_tma: atomic|workspace
     dtype: str  # input dtype (x, dy); for stage2 and pad the element dtype, equal to dw_dtype
     dw_dtype: str
     spatial_dims: int = 2
@@ -76,6 +81,8 @@ class KernelSpec:
             return self._validate_dwconv(bad)
         if self.family == "wgrad_tma":
             return self._validate_tma(bad)
+        if self.family == "dwconv_tma":
+            return self._validate_dwconv_tma(bad)
         if self.block and self.family != "grouped":
             raise bad("only stage2 kernels have a block size")
         if self.family == "grouped" and (self.block < 1 or self.block & (self.block - 1) or self.pointwise):
@@ -118,6 +125,9 @@ class KernelSpec:
             return f"{self.family}_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
         if self.family == "dwconv":
             return self._label_dwconv()
+        if self.family == "dwconv_tma":
+            dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
+            return f"dwconv_tma_{dt}_2d_v{self.vec_c}_c{self.bm}x{self.bn}w{self.bk}_w{self.num_warps}s{self.num_stages}_{self.variant}"
         if self.family == "wgrad_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
             return (f"wgrad_tma_{dt}_2d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
@@ -191,6 +201,8 @@ class KernelSpec:
             return self._check_problem_dwconv(p)
         if self.family == "wgrad_tma":
             return self._check_problem_tma(p)
+        if self.family == "dwconv_tma":
+            return self._check_problem_dwconv_tma(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -380,3 +392,66 @@ class KernelSpec:
         why = tma_unsupported(p)
         if why:
             raise AbiError(f"{self.label}: {why}")
+
+    # -- TMA depthwise family (``dwconv_tma``, sm_90) -----------------------------------------------
+    # bm = BC channels per CTA, bn = the filter's width and height (3 or 5, square), bk = WT output
+    # columns per step; a step is DWCONV_TMA_X_ROWS - (bn - 1) output rows; num_stages ring slots.
+    # vec_c = vec_k = 16 bytes of elements: TMA strides are 16-byte multiples, so G is a multiple.
+    def _validate_dwconv_tma(self, bad):
+        if self.dtype not in ("bf16", "fp16"):
+            raise bad("dwconv_tma takes 16-bit inputs (bf16, fp16)")
+        if self.variant not in DWCONV_TMA_VARIANTS:
+            raise bad(f"dwconv_tma epilogue must be one of {', '.join(DWCONV_TMA_VARIANTS)}")
+        if (self.variant == "atomic") != (self.dw_dtype == "fp32") or self.dw_dtype not in (self.dtype, "fp32"):
+            raise bad("dwconv_tma: atomic adds into an fp32 dW; workspace serves a dW in the input dtype")
+        if self.spatial_dims != 2 or self.pointwise or self.precision or self.mode or self.block:
+            raise bad("dwconv_tma is 2-D, with no pointwise addressing, precision, mode or block")
+        widest = 16 // DTYPE_BYTES[self.dtype]
+        if (self.vec_c, self.vec_k) != (widest, widest):
+            raise bad(f"dwconv_tma loads 16-byte channel vectors: vec_c = vec_k = {widest}")
+        if self.bn not in (3, 5):
+            raise bad("dwconv_tma: bn (the square filter's width) is 3 or 5")
+        for name, lo, hi in (("bm", 16, 128), ("bk", 8, 128)):
+            v = getattr(self, name)
+            if v < lo or v > hi or v & (v - 1):
+                raise bad(f"{name} must be a power of two in [{lo}, {hi}]")
+        if self.num_warps not in (4, 8) or not 2 <= self.num_stages <= 4:
+            raise bad("dwconv_tma: num_warps is 4 or 8, num_stages 2..4")
+        if self.bm * self.bk < 32 * self.num_warps * 4:
+            raise bad("dwconv_tma: bm x bk must give every thread at least 4 elements")
+
+    @property
+    def tensor_map_boxes(self) -> list[tuple[bool, list[int]]]:
+        """(im2col?, box) of each tensor-map parameter, dy's then x's, as the compiler records them
+        (Triton may split a box's innermost dimension into narrower loads); [] for other families.
+        The one statement of the boxes the build and the cache check."""
+        if self.family == "wgrad_tma":
+            return [(False, [self.bk, self.bm]), (True, [self.bk, self.tma_channels])]
+        if self.family == "dwconv_tma":
+            _, dyb, xw = self.dwconv_tma_boxes
+            return [(False, [1, dyb, self.bk, self.bm]), (False, [1, DWCONV_TMA_X_ROWS, xw, self.bm])]
+        return []
+
+    @property
+    def dwconv_tma_boxes(self) -> tuple[int, int, int]:
+        """(output rows a step, dy rows a box, x columns a box) of a ``dwconv_tma`` kernel: the x
+        box is DWCONV_TMA_X_ROWS rows of the next power of two >= WT + X - 1 columns; the step's
+        output rows come in dy boxes of the largest power of two dividing them."""
+        bh = DWCONV_TMA_X_ROWS - (self.bn - 1)
+        return bh, bh & -bh, 1 << (self.bk + self.bn - 2).bit_length()
+
+    def _check_problem_dwconv_tma(self, p: ConvProblem) -> None:
+        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
+            raise AbiError(
+                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
+                f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        if p.spatial_dims != 2 or (p.c, p.k) != (1, 1):
+            raise AbiError(f"{self.label} is a 2-D depthwise kernel; the problem is {p.spatial_dims}-D with C = {p.c}, K = {p.k} per group")
+        if (p.y, p.x) != (self.bn, self.bn) or p.stride[1:] != (1, 1) or p.dilation[1:] != (1, 1):
+            raise AbiError(
+                f"{self.label} is for {self.bn}x{self.bn} filters at stride and dilation 1; the problem has "
+                f"{p.y}x{p.x}, stride {p.stride[1:]}, dilation {p.dilation[1:]}"
+            )
+        if p.g % self.vec_c:
+            raise AbiError(f"{self.label}: TMA strides are 16-byte multiples; G = {p.g} is not a multiple of {self.vec_c}")

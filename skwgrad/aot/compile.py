@@ -22,7 +22,7 @@ from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.identity import COMPILER, PINNED_TRITON
 from skwgrad.aot.kernels import kernel_for
-from skwgrad.abi.spec import KernelSpec
+from skwgrad.abi.spec import TMA_FAMILIES, KernelSpec
 from skwgrad.errors import AbiError
 
 
@@ -112,13 +112,16 @@ def _cubin_resources(cubin: bytes, name: str) -> tuple[int, int]:
 
 
 def _check_tensor_maps(spec: KernelSpec, maps: list[dict]) -> None:
-    """The compiler's descriptor metadata must describe the tile the spec names: dy's [BK, BM] box
-    (tiled) then x's [BK, CB] im2col box, 16-bit elements (Triton splits a box wider than the
-    swizzle into several loads, so the recorded inner size may be narrower)."""
-    want = [(False, spec.bk, spec.bm), (True, spec.bk, spec.tma_channels)]
-    got = [(bool(m.get("is_im2col")), int(m["block_size"][0]), int(m["block_size"][1])) for m in maps]
-    if len(got) != 2 or any(g[0] != w[0] or g[1] != w[1] or g[2] > w[2] or w[2] % g[2] for g, w in zip(got, want)):
-        raise AbiError(f"{spec.label}: the object's tensor descriptors {got} do not describe its tile {want}")
+    """The compiler's descriptor metadata must describe the boxes the spec names
+    (``KernelSpec.tensor_map_boxes``), 16-bit elements (Triton splits a box wider than the swizzle
+    into several loads, so the recorded inner size may be narrower)."""
+    want = [(im2col, box) for im2col, box in spec.tensor_map_boxes]
+    got = [(bool(m.get("is_im2col")), [int(v) for v in m["block_size"]]) for m in maps]
+    ok = len(got) == len(want) and all(
+        g[0] == w[0] and len(g[1]) == len(w[1]) and g[1][:-1] == w[1][:-1] and w[1][-1] % g[1][-1] == 0 for g, w in zip(got, want)
+    )
+    if not ok:
+        raise AbiError(f"{spec.label}: the object's tensor descriptors {got} do not describe its boxes {want}")
     if any(int(m.get("elem_size", 0)) != 2 for m in maps):
         raise AbiError(f"{spec.label}: tensor descriptors of {[m.get('elem_size') for m in maps]}-byte elements; the kernel reads 16-bit ones")
 
@@ -134,16 +137,17 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
             f"{spec.label}: {arch} has no TF32 matrix instructions; "
             f"build fp32 kernels for {arch} with precision 'ieee'"
         )
-    if spec.family == "wgrad_tma" and not target.tma_im2col:
-        raise AbiError(f"{spec.label}: {arch} has no TMA im2col; the wgrad_tma family builds for sm_90 only")
+    if spec.family in TMA_FAMILIES and not target.tma_im2col:
+        raise AbiError(f"{spec.label}: {arch} has no TMA; the {spec.family} family builds for sm_90 only")
     fn, consts = kernel_for(spec, target)
     decl = spec.kernarg_decl
-    if spec.family == "wgrad_tma":
+    if spec.family in TMA_FAMILIES:
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        from skwgrad.aot.kernels.tma import descriptor_types
+        from skwgrad.aot.kernels import dwconv_tma, tma
 
-        signature = decl.triton_signature(spec.dtype, spec.dw_dtype, descriptor_types(spec))
+        types = (tma if spec.family == "wgrad_tma" else dwconv_tma).descriptor_types(spec)
+        signature = decl.triton_signature(spec.dtype, spec.dw_dtype, types)
         signature.update({name: "constexpr" for name in consts})
         src = GluonASTSource(fn, signature, constexprs=consts, attrs=decl.triton_attrs())
     else:
@@ -186,7 +190,7 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
     if md.num_warps * target.wave_size != threads:
         raise AbiError(f"{spec.label} on {arch}: the object runs {md.num_warps} warps per CTA, the spec says {threads // target.wave_size}")
     tensor_maps = [dict(d) for d in (getattr(md, "tensordesc_meta", None) or [])]
-    if spec.family == "wgrad_tma":
+    if spec.family in TMA_FAMILIES:
         _check_tensor_maps(spec, tensor_maps)
     metadata = {
         "name": name,

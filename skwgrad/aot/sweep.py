@@ -517,6 +517,7 @@ register_family("wgrad_sk", _streamk_specs)
 register_family("dwconv", lambda ctx: dwconv_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("grouped", lambda ctx: grouped_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("wgrad_tma", lambda ctx: tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
+register_family("dwconv_tma", lambda ctx: dwconv_tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 
 
 def _needs_stage2(spec: KernelSpec) -> bool:
@@ -965,3 +966,26 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
                 out.append(KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=W, vec_k=W, bm=bm, bn=bn, bk=bk,
                                       num_warps=warps, num_stages=stages, block=taps, mode=mode))  # fmt: skip
     return out
+
+
+# -- TMA depthwise family (``dwconv_tma``, sm_90) --------------------------------------------------
+# (filter width, BC channels, WT columns, warps, stages): 32 channels x 16 columns, 3 ring slots,
+# 4 warps was the fastest configuration of benchmarks/dw_tma_proto.py on 9 of the 10 layers of
+# 256+ channels it was timed on (H200, session 19; the tenth, 256 ch 28 px: 4% behind 16 x 32).
+# Selection takes it from DWCONV_TMA_MIN_CHANNELS (skwgrad.launcher.select). 80 registers (3x3),
+# 160 (5x5), 61-67 KB of shared memory, no spills.
+DWCONV_TMA_CONFIGS = ((3, 32, 16, 4, 3), (5, 32, 16, 4, 3))
+
+
+def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The TMA depthwise kernels of a preset for one arch and dtype: sm_90, 16-bit inputs, the
+    atomic epilogue for an fp32 dW and workspace for a 16-bit one; none in smoke or with ``--tiles``."""
+    if tiles or preset == "smoke" or dtype == "fp32" or not ARCHES[arch].tma_im2col:
+        return []
+    W = widest_vec(dtype)
+    return [
+        KernelSpec("dwconv_tma", "workspace" if dw == dtype else "atomic", dtype, dw, vec_c=W, vec_k=W, bm=bc, bn=k, bk=wt,
+                   num_warps=warps, num_stages=stages)  # fmt: skip
+        for k, bc, wt, warps, stages in DWCONV_TMA_CONFIGS
+        for dw in dw_dtypes(dtype)
+    ]

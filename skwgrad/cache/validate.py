@@ -166,7 +166,7 @@ def check_metadata(md: dict, spec, arch: str, what: str, *, current: bool) -> No
             raise _bad(what, "metadata kernarg offsets are not a list of integers")
         want_int(size, what, "metadata kernarg size", 0, 1 << 16)
     maps = md.get("tensor_maps")
-    if spec.family == "wgrad_tma" or maps is not None:
+    if spec.tensor_map_boxes or maps is not None:
         _check_tensor_maps(maps, spec, what)
     amd = md.get("amd")
     if a.backend == "hip":
@@ -181,22 +181,24 @@ def check_metadata(md: dict, spec, arch: str, what: str, *, current: bool) -> No
 
 
 def _check_tensor_maps(maps, spec, what: str) -> None:
-    """A ``wgrad_tma`` row's descriptor metadata (what the launcher encodes its tensor maps with):
-    dy's tiled box then x's im2col box, sane sizes, 16-bit elements."""
-    if spec.family != "wgrad_tma":
+    """A TMA row's descriptor metadata (what the launcher encodes its tensor maps with): one record
+    per descriptor of the spec's family, in order (``KernelSpec.tensor_map_boxes``: tiled or
+    im2col, the box's rank), sane sizes, 16-bit elements."""
+    want = spec.tensor_map_boxes
+    if not want:
         raise _bad(what, f"metadata has tensor maps; a {spec.family} kernel takes none")
-    if not (isinstance(maps, list) and len(maps) == 2 and all(isinstance(m, dict) for m in maps)):
-        raise _bad(what, "metadata tensor_maps is not two descriptor records")
-    for m, im2col in zip(maps, (False, True)):
+    if not (isinstance(maps, list) and len(maps) == len(want) and all(isinstance(m, dict) for m in maps)):
+        raise _bad(what, f"metadata tensor_maps is not {len(want)} descriptor records")
+    for m, (im2col, box_want) in zip(maps, want):
         if m.get("is_im2col") is not im2col:
-            raise _bad(what, "metadata tensor_maps are not (dy tiled, x im2col)")
+            raise _bad(what, f"metadata tensor_maps are not {['im2col' if i else 'tiled' for i, _ in want]}")
         want_int(m.get("swizzle"), what, "metadata tensor map swizzle", 0, 3)
         want_int(m.get("elem_type"), what, "metadata tensor map elem_type", 0, 15)
         if want_int(m.get("elem_size"), what, "metadata tensor map elem_size", 1, 8) != 2:
             raise _bad(what, "metadata tensor map elements are not 16-bit")
         box = m.get("block_size")
-        if not (isinstance(box, list) and len(box) == 2):
-            raise _bad(what, "metadata tensor map block_size is not [rows, cols]")
+        if not (isinstance(box, list) and len(box) == len(box_want)):
+            raise _bad(what, f"metadata tensor map block_size is not a box of rank {len(box_want)}")
         for v in box:
             want_int(v, what, "metadata tensor map block_size", 1, 256)
 

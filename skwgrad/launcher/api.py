@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from skwgrad.abi.conv import ConvProblem, parse_problem
+from skwgrad.abi.spec import TMA_FAMILIES
 from skwgrad.errors import DamagedEntryError, ProblemError, TensorMapError
 from skwgrad.launcher import layout as L
 from skwgrad.launcher.backends import get_backend
@@ -171,7 +172,7 @@ def plan_for(problem: ConvProblem, options: LaunchOptions, *, cache=None, backen
                 log.warning("%s cannot run %s here: %s; choosing again without it (and the other TMA kernels)",
                             choice.kernel.label, problem.describe(), e)  # fmt: skip
                 damaged.add(choice.kernel.key)  # every TMA kernel encodes the same two maps of this problem
-                damaged.update(x.key for x in c.find(be.arch, family="wgrad_tma"))
+                damaged.update(x.key for fam in TMA_FAMILIES for x in c.find(be.arch, family=fam))
         p.choice = choice
         stats["plans_built"] += 1
         log.debug("%s on %s: %s (%s) grid=%d", problem.describe(), be.arch, p.label, choice.reason, p.grid)

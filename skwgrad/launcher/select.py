@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -593,6 +593,35 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
     return -(-problem.wo // w.bw) * (w.sw * (w.bw - 1) + w.dl * (problem.x - 1) + 1)
 
 
+# Depthwise layers of at least this many channels take the TMA row-box kernels (``dwconv_tma``,
+# sm_90) where cached: on the H200 they ran 1.06-1.27x the window kernels on all 10 such layers timed
+# (256-768 channels, 13-28 px, 3x3 and 5x5), and 0.74-0.93x on most layers below 128 channels or at
+# 57-112 px (benchmarks/RESULTS.md, session 19, benchmarks/dw_tma_proto.py).
+DWCONV_TMA_MIN_CHANNELS = 256
+
+
+def _dwconv_tma_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
+    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels on a cached ``dwconv_tma`` kernel
+    that admits it (atomic for an fp32 dW, workspace with Stage-2 for a 16-bit one), at the family's
+    split rule; None otherwise (deterministic runs too: its adds are atomic)."""
+    if problem.g < DWCONV_TMA_MIN_CHANNELS or o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
+        return None
+    ks_all = sorted(candidates(cache, arch, problem, family="dwconv_tma", exclude=exclude), key=lambda k: k.label)
+    for k in ks_all:
+        if not o.allows(k.spec.variant) or (k.spec.variant == "workspace" and stage2 is None):
+            continue
+        n = dwconv_tma_ks_count(problem, bc=k.spec.bm, taps=k.spec.bn, wt=k.spec.bk, compute_units=cus)
+        return Choice(k, ks_count=n, stage2=stage2 if k.spec.variant == "workspace" else None, reason=f"dwconv_tma ks_count={n}")
+    return None
+
+
+def _dwconv_tma_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int]:
+    """Split degrees the search times for a dwconv_tma kernel: 1, 2 (the rule) and 4 CTAs per CU."""
+    s = k.spec
+    t = dwconv_tma_tiling(problem, s.bm, s.bn, s.bk)
+    return sorted({max(1, min(math.ceil(c * cus / t.num_tiles), t.iters_per_tile)) for c in (1, 2, 4)})
+
+
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
@@ -605,6 +634,9 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
         return None
     if (problem.c, problem.k) != (1, 1):
         return None
+    tma = _dwconv_tma_choice(problem, cache, arch, cus, o, stage2, exclude)
+    if tma is not None:
+        return tma
     family = "dwconv"
     ks_all = [k for k in candidates(cache, arch, problem, family=family, exclude=exclude) if o.allows(k.spec.variant)]
     ks_all = narrow.widest(ks_all, problem, spec_of=lambda k: k.spec)
@@ -750,7 +782,7 @@ def all_choices(
     if streamk in ("all", "auto", "off") and tile is None and streamk_ctas == -1:
         stage2 = find_stage2(cache, arch, problem.dw_dtype)
         pick = _special_family_choice(problem, cache, arch, cus, LaunchOptions(), stage2, frozenset(), occupancy)
-        for k in candidates(cache, arch, problem, family="dwconv"):
+        for k in candidates(cache, arch, problem, family="dwconv") + candidates(cache, arch, problem, family="dwconv_tma"):
             s = k.spec
             if reductions and s.variant not in reductions:
                 continue
@@ -758,7 +790,8 @@ def all_choices(
                 continue
             st2 = stage2 if s.variant in ("two_stage", "workspace") else None
             lead = pick is not None and k.key == pick.kernel.key
-            for n in _dwconv_search_ks(problem, k, cus):
+            degrees = _dwconv_tma_search_ks(problem, k, cus) if s.family == "dwconv_tma" else _dwconv_search_ks(problem, k, cus)
+            for n in degrees:
                 if lead and n == pick.ks_count:
                     continue
                 special.append(Choice(k, ks_count=n, stage2=st2, reason="candidate"))
