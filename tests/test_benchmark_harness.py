@@ -59,6 +59,22 @@ DEPTHWISE = [
 ]
 
 
+def test_dwconv_tma_ab_times_the_family_against_the_window_kernel(tmp_path, monkeypatch, fake_device):
+    import gpu_dwconv_tma_ab
+
+    rows = [dict(name="dw256", n=2, in_channels=256, out_channels=256, groups=256, h=9, w=9, y=3, x=3, stride=1, padding=1),
+            dict(name="dw32", n=2, in_channels=32, out_channels=32, groups=32, h=9, w=9, y=3, x=3, stride=1, padding=1)]  # fmt: skip
+    out = tmp_path / "ab.json"
+    _run(monkeypatch, gpu_dwconv_tma_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", rows), "--out", str(out),
+                                          "--rounds", "1", "--iters", "1"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["all_ok"] and doc["summary"]["tma_rows"] == 1
+    big, small = doc["rows"]
+    assert big["rows"]["auto"]["family"] == "dwconv_tma" and big["rows"]["window"]["family"] == "dwconv"
+    assert set(small["rows"]) == {"auto", "tma"} and small["rows"]["auto"]["family"] == "dwconv"  # the rule's other side, timed
+    assert small["rows"]["tma"]["family"] == "dwconv_tma" and small["rows"]["tma"]["ok"]
+
+
 def _run(monkeypatch, module, argv):
     monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
     module.main()

@@ -1,0 +1,107 @@
+"""The TMA depthwise kernels (``dwconv_tma``) against the window kernels auto took before them, in one pass.
+
+    python benchmarks/gpu_dwconv_tma_ab.py --cache CACHE --corpus SHAPES.csv --out ab.json
+
+Per depthwise row (the timing and verification of ``gpu_fused_ab.run_row``: every launch verified
+three times against float64 with dW and the workspace poisoned, medians of event-timed launches in
+interleaved rounds, cuDNN beside): ``auto`` and ``window``, the depthwise choice with the
+dwconv_tma kernels left out (what auto ran before the family). Below DWCONV_TMA_MIN_CHANNELS,
+where auto takes the window kernel, ``tma`` times the family's kernel beside it (the rule's other side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def entrants(p, cache, arch, cus, occ):
+    from skwgrad.abi.launch import dwconv_tma_ks_count
+    from skwgrad.launcher.options import LaunchOptions
+    from skwgrad.launcher.select import Choice, _special_family_choice, candidates, choose, find_stage2
+
+    auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
+    out = {"auto": auto}
+    stage2 = find_stage2(cache, arch, p.dw_dtype)
+    if auto.spec.family == "dwconv_tma":
+        tma_keys = frozenset(e.key for e in cache.find(arch, family="dwconv_tma"))
+        w = _special_family_choice(p, cache, arch, cus, LaunchOptions(), stage2, tma_keys, occ)
+        if w is not None:
+            out["window"] = w
+    else:  # below DWCONV_TMA_MIN_CHANNELS: the family too, where a kernel of it admits the layer
+        for k in sorted(candidates(cache, arch, p, family="dwconv_tma"), key=lambda k: k.label):
+            if k.spec.variant == "workspace" and stage2 is None:
+                continue
+            n = dwconv_tma_ks_count(p, bc=k.spec.bm, taps=k.spec.bn, wt=k.spec.bk, compute_units=cus)
+            out["tma"] = Choice(k, ks_count=n, stage2=stage2 if k.spec.variant == "workspace" else None, reason="dwconv_tma below the rule")
+            break
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--corpus", action="append", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=200.0)
+    a = ap.parse_args()
+
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    from compare_auto_tuned import geo, timing_device
+    from gpu_fused_ab import run_row
+
+    from skwgrad.abi.conv import from_row
+    from skwgrad.cache.store import Cache
+
+    backend, occ, hold = timing_device()
+    cache = Cache(a.cache)
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": a.commit, "device": backend.device_name, "cus": backend.compute_units,
+           "cudnn": torch.backends.cudnn.version(), "script": "benchmarks/gpu_dwconv_tma_ab.py", "rows": []}  # fmt: skip
+    t0 = time.time()
+    for path in a.corpus:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                p = from_row(row)
+                if (p.c, p.k) != (1, 1) or p.g == 1 or time.time() - t0 > a.budget_s:
+                    continue
+                ent = entrants(p, cache, backend.arch, backend.compute_units, occ)
+                r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
+                            end_to_end_too=False)  # fmt: skip
+                r["set"] = Path(path).stem
+                doc["rows"].append(r)
+                t = {k: v.get("us") for k, v in r["rows"].items()}
+                print(f"{row['name'][:44]:44s} cudnn {r.get('cudnn_us') or 0:6.1f} " + " ".join(f"{k} {v or 0:6.1f}" for k, v in t.items())
+                      + f" {r['rows']['auto'].get('kernel', '')[:28]} ok={r['all_ok']}", flush=True)  # fmt: skip
+                Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    pairs = [(r["rows"]["window"]["us"], r["rows"]["auto"]["us"]) for r in doc["rows"]
+             if r["rows"].get("window", {}).get("us") and r["rows"]["auto"].get("us")]  # fmt: skip
+    tma_rows = [r for r in doc["rows"] if r["rows"].get("window")]
+    doc["summary"] = {
+        "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),
+        "tma_rows": len(tma_rows), "window_over_tma_geomean": geo([w / t for w, t in pairs]),
+        "tma_faster_rows": sum(1 for w, t in pairs if t < w),
+        "auto_vs_cudnn_tma_rows": geo([r["cudnn_us"] / r["rows"]["auto"]["us"] for r in tma_rows if r.get("cudnn_us") and r["rows"]["auto"].get("us")]),
+        "below_rule_window_over_tma": geo([r["rows"]["auto"]["us"] / r["rows"]["tma"]["us"] for r in doc["rows"]
+                                           if r["rows"].get("tma", {}).get("us") and r["rows"]["auto"].get("us")]),
+        "window_vs_cudnn_tma_rows": geo([r["cudnn_us"] / r["rows"]["window"]["us"] for r in tma_rows if r.get("cudnn_us") and r["rows"]["window"].get("us")]),
+    }  # fmt: skip
+    Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    print("summary", json.dumps(doc["summary"]))
+
+
+if __name__ == "__main__":
+    main()
