@@ -945,7 +945,8 @@ def build(
                     else:
                         fail(key, "crash", f"the worker was lost while compiling (twice): {type(e).__name__}: {e}")
                     continue
-                store(key, res)
+                with _held_sigint():  # a kernel is recorded whole (row, index, summary) or not at all
+                    store(key, res)
             if broke:
                 for fut, key in list(pending.items()):  # every job in flight died with the pool
                     pending.pop(fut)
@@ -979,6 +980,32 @@ def build(
         raise BuildEnvironmentError(f"{env_stop} (nothing was recorded as a kernel failure; fix the environment and re-run)")
     summary.interrupted = bool(interrupted)
     return summary
+
+
+class _held_sigint:
+    """Hold a Ctrl-C (in the main thread) while one kernel is stored, then deliver it: an interrupt
+    between writing an entry's row and committing it to the index left the entry out of the index
+    and out of the summary (``cache verify`` then reported it missing until ``rebuild-index``)."""
+
+    def __enter__(self):
+        self.old, self.got = None, False
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, signum, frame):
+        self.got = True
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            return False
+        signal.signal(signal.SIGINT, self.old)
+        if self.got and exc[0] is None:
+            if callable(self.old):
+                self.old(signal.SIGINT, None)  # Python's default handler: KeyboardInterrupt, here
+            elif self.old == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
+        return False
 
 
 class _deferred_sigint:
