@@ -30,7 +30,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 def window_entrants(p, cache, arch, cus, occ, modes):
     from skwgrad.abi.launch import dwconv_ks_count
     from skwgrad.launcher.plan import Kernel
-    from skwgrad.launcher.select import _as_epilogue_takes, _family_ks, choose
+    from skwgrad.launcher.select import _admits, _as_epilogue_takes, _family_ks, choose
 
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     out = {"auto": auto}
@@ -39,7 +39,7 @@ def window_entrants(p, cache, arch, cus, occ, modes):
     for mode in dict.fromkeys([*modes, auto.spec.mode]):  # auto's own mode too: its split degrees
         want = dataclasses.replace(auto.spec, mode=mode)
         e = next((e for e in cache.find(arch, family="dwconv") if e.spec == want), None)
-        if e is None:
+        if e is None or not _admits(want, p):  # a stride-1 strip offered to a dilated layer: refused, not timed
             continue
         k = Kernel.from_entry(e, cache)
         n = _family_ks(p, want, cus, resident=occ(k) if occ else None)

@@ -57,6 +57,8 @@ DEPTHWISE = [
     dict(name="dw15", n=2, in_channels=32, out_channels=32, groups=32, h=15, w=15, y=3, x=3, stride=1, padding=1),
     dict(name="dw14", n=2, in_channels=32, out_channels=32, groups=32, h=14, w=14, y=3, x=3, stride=1, padding=1),
 ]
+# a dilated layer: the stride-1 strips (win7r3, win5r3) do not admit it and must not be offered (run X8)
+DILATED = dict(name="dw14d2", n=2, in_channels=32, out_channels=32, groups=32, h=14, w=14, y=3, x=3, stride=1, padding=2, dilation=2)
 
 
 def test_dwconv_tma_ab_times_the_family_against_the_window_kernel(tmp_path, monkeypatch, fake_device):
@@ -84,16 +86,17 @@ def test_window_ab_times_both_strips_and_writes_its_summary(tmp_path, monkeypatc
     import gpu_dw_window_ab
 
     out = tmp_path / "ab.json"
-    _run(monkeypatch, gpu_dw_window_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", DEPTHWISE), "--out", str(out),
+    _run(monkeypatch, gpu_dw_window_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", DEPTHWISE + [DILATED]), "--out", str(out),
                                          "--rounds", "1", "--iters", "1"])  # fmt: skip
     doc = json.loads(out.read_text())
-    assert len(doc["rows"]) == 2 and doc["summary"]["all_ok"]
-    for r in doc["rows"]:
+    assert len(doc["rows"]) == 3 and doc["summary"]["all_ok"]
+    assert {v["kernel"].split("_")[-2] for v in doc["rows"][2]["rows"].values()} == {"win7r3d2"}
+    for r in doc["rows"][:2]:
         modes = {v["kernel"].split("_")[-2] for v in r["rows"].values()}
         assert {"win7r3", "win5r3"} <= modes  # the default's strip is timed whatever auto takes
     assert "win7r3_over_win5r3_geomean" in doc["summary"]
     # tiny layers: the rule before the split filled the SMs gives another degree, timed beside it
-    assert all(any(k.endswith("_ksold") for k in r["rows"]) for r in doc["rows"])
+    assert all(any(k.endswith("_ksold") for k in r["rows"]) for r in doc["rows"][:2])
     assert doc["summary"]["ksold_over_rule_launches"] >= 2
 
 
