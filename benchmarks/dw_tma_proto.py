@@ -23,7 +23,9 @@ Stride 1 along W only (a strided column walk would need TMA element strides).
     .venv/bin/python benchmarks/dw_tma_proto.py build --out .device/dwtma
     # H200: check against float64, time against cuDNN and the product's auto pick (SKWGRAD_CACHE)
     python3 benchmarks/dw_tma_proto.py run --objs .device/dwtma --corpus F.csv --out $OUT/dwtma.json
-Nothing here is product code.
+Nothing here is product code: it is the record of what runs X1, X2 and X6 (session 19) measured.
+Its v2 loop went into the product as the ``dwconv_tma`` family (skwgrad/aot/kernels/dwconv_tma.py),
+which is the one to change.
 """
 
 from __future__ import annotations

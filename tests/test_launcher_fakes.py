@@ -443,6 +443,20 @@ def _grid_size(grid) -> int:
     return int(np.prod(grid)) if isinstance(grid, (tuple, list)) else int(grid)
 
 
+def _map_pointers(be: FakeBackend, a: dict, geo) -> dict:
+    """{operand: address} of a TMA launch's two tensor maps, each checked to have been encoded for
+    the request the launch's geometry makes."""
+    ptrs = {}
+    for name, operand in (("dy_map", "dy"), ("x_map", "x")):
+        index, ptr = a[name]
+        req, desc = be.tmap_requests[index]
+        want = next(r for r in geo.tensor_maps if r.operand == operand)
+        if req != want:
+            raise FakeFault(f"{name} was encoded for {req}, the launch needs {want}")
+        ptrs[operand] = ptr
+    return ptrs
+
+
 def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     """A wgrad_tma launch: the problem from its scalars, x and dy from its two tensor maps (whose
     requests must describe that problem), then the split-K epilogue (workspace: into the replica)."""
@@ -463,14 +477,7 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     geo = tma_geometry(p, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, taps_per_tile=spec.block, ks_count=a["ks_count"] if "ks_count" in a else 1)
     if (a["CP"], a["KP"]) != (geo.scalars["CP"], geo.scalars["KP"]):
         raise FakeFault(f"packed channels CP/KP {a['CP']}/{a['KP']}, the launch packs {geo.scalars['CP']}/{geo.scalars['KP']}")
-    ptrs = {}
-    for name, operand in (("dy_map", "dy"), ("x_map", "x")):
-        index, ptr = a[name]
-        req, desc = be.tmap_requests[index]
-        want = next(r for r in geo.tensor_maps if r.operand == operand)
-        if req != want:
-            raise FakeFault(f"{name} was encoded for {req}, the launch needs {want}")
-        ptrs[operand] = ptr
+    ptrs = _map_pointers(be, a, geo)
     ks = -(-a["total_iters"] // a["ks_iters"])  # the splits the kernel derives (units = tiles x splits)
     units = geo.tiling.num_tiles * ks
     if a["total_iters"] != geo.tiling.iters_per_tile:
@@ -520,14 +527,7 @@ def _emulate_dwconv_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> Non
             raise FakeFault(f"{name} = {a[name]}, the launch needs {geo.scalars[name]}")
     if grid != geo.grid:
         raise FakeFault(f"grid {grid} for {geo.grid} CTAs (channel blocks x splits)")
-    ptrs = {}
-    for name, operand in (("dy_map", "dy"), ("x_map", "x")):
-        index, ptr = a[name]
-        req, desc = be.tmap_requests[index]
-        want = next(r for r in geo.tensor_maps if r.operand == operand)
-        if req != want:
-            raise FakeFault(f"{name} was encoded for {req}, the launch needs {want}")
-        ptrs[operand] = ptr
+    ptrs = _map_pointers(be, a, geo)
     ref = _reference(be, p, {**a, **ptrs})
     numel = p.dw_numel
     if spec.variant == "atomic":
