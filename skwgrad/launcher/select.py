@@ -594,9 +594,10 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
 
 
 # Depthwise layers of at least this many channels take the TMA row-box kernels (``dwconv_tma``,
-# sm_90) where cached: on the H200 they ran 1.06-1.27x the window kernels on all 10 such layers timed
-# (256-768 channels, 13-28 px, 3x3 and 5x5), and 0.74-0.93x on most layers below 128 channels or at
-# 57-112 px (benchmarks/RESULTS.md, session 19, benchmarks/dw_tma_proto.py).
+# sm_90) where cached. H200, session 19 (benchmarks/RESULTS.md): as a prototype 1.06-1.27x the window
+# kernels on all 10 such layers (256-768 channels, 13-28 px, 3x3 and 5x5) and 0.74-0.93x on most
+# layers below 128 channels or at 57-112 px; in the product (run X7, 14 layers of 256-768 channels
+# drawn before they were timed) 1.113x, faster on 12; at 184-200 channels mixed (0.84-1.14).
 DWCONV_TMA_MIN_CHANNELS = 256
 
 
