@@ -56,6 +56,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=200.0)
+    ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
     a = ap.parse_args()
 
     import torch
@@ -80,7 +81,7 @@ def main():
                     continue
                 ent = entrants(p, cache, backend.arch, backend.compute_units, occ)
                 r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
-                            end_to_end_too=False)  # fmt: skip
+                            end_to_end_too=a.end_to_end)  # fmt: skip
                 r["set"] = Path(path).stem
                 doc["rows"].append(r)
                 t = {k: v.get("us") for k, v in r["rows"].items()}
@@ -97,6 +98,8 @@ def main():
         "auto_vs_cudnn_tma_rows": geo([r["cudnn_us"] / r["rows"]["auto"]["us"] for r in tma_rows if r.get("cudnn_us") and r["rows"]["auto"].get("us")]),
         "below_rule_window_over_tma": geo([r["rows"]["auto"]["us"] / r["rows"]["tma"]["us"] for r in doc["rows"]
                                            if r["rows"].get("tma", {}).get("us") and r["rows"]["auto"].get("us")]),
+        "api_vs_torch_tma_rows": geo([r["host"]["torch_wall_us"] / r["host"]["api_wall_us"] for r in tma_rows if r.get("host")]),
+        "api_alternating_vs_torch_tma_rows": geo([r["host"]["torch_wall_us"] / r["host"]["api_alternating_wall_us"] for r in tma_rows if r.get("host")]),
         "window_vs_cudnn_tma_rows": geo([r["cudnn_us"] / r["rows"]["window"]["us"] for r in tma_rows if r.get("cudnn_us") and r["rows"]["window"].get("us")]),
     }  # fmt: skip
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
