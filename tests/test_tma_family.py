@@ -257,31 +257,6 @@ def test_maps_are_encoded_once_and_re_pointed_only_when_a_pointer_changes():
     assert be.launches[-1]["args"]["x_map"][1] == x2 and be.launches[-1]["args"]["dy_map"][1] == dyp
 
 
-def test_alternating_tensors_re_point_each_map_once_per_address():
-    """Tensors that alternate (a training step's allocator hands the same addresses out again):
-    each map is re-pointed once per new address, then its bytes come from the plan, and every
-    launch still carries the right addresses."""
-    from skwgrad.launcher.plan import TMAP_CACHE_SIZE
-
-    p = PROBLEMS[0]
-    c, be = F.FakeCache(), F.FakeBackend()
-    plan = Plan(p, Kernel.from_entry(c.add(tma_spec("direct"), "sm_90"), c), be)
-    a = F.random_device_inputs(be, p)
-    b = F.random_device_inputs(be, p, seed=3)
-    before = len([x for x in be.calls if x[0] == "tensor_map_at"])
-    for inputs in (a, b, a, b, a, b):
-        xp, dyp, dwp, ref = inputs
-        plan.launch(dyp, xp, dwp)
-        assert be.launches[-1]["args"]["x_map"][1] == xp and be.launches[-1]["args"]["dy_map"][1] == dyp
-        got = from_bits(be.read_array(dwp, p.dw_numel, p.dw_dtype), p.dw_dtype).reshape(p.dw_shape)
-        assert relative_error(got, ref) < 1e-2
-    assert len([x for x in be.calls if x[0] == "tensor_map_at"]) - before == 4  # dy and x at 2 addresses each
-    for i in range(TMAP_CACHE_SIZE + 4):  # many addresses: the kept bytes stay bounded
-        xp, dyp, dwp, _ = F.random_device_inputs(be, p, seed=10 + i)
-        plan.launch(dyp, xp, dwp)
-    assert len(plan._tmap_bytes) <= TMAP_CACHE_SIZE
-
-
 def test_a_backend_without_tensor_maps_refuses_with_what_to_do():
     class NoTma(F.FakeBackend):
         encode_tensor_map = F.Backend.encode_tensor_map

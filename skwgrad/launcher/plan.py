@@ -41,10 +41,6 @@ from skwgrad.launcher.workspace import CaptureWorkspace, arenas, capture_refused
 MAIN_FAMILIES = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "dwconv_tma")  # what computes dW (stage2 only reduces)
 _DUMMY_PTR = 0x100  # placeholder in the template; every pointer is patched before the first launch
 _MIN_WS = 256  # a kernel whose flag/partial pointers are unused (all-DP) still gets a valid buffer
-# Tensor-map bytes a plan keeps per (kernarg, address): re-pointing two maps cost 5-10 us a call on
-# the H200 when tensors alternate (run X10: the API 0.98x PyTorch alternating, 1.25x on the same
-# tensors), and a training step's allocator hands the same addresses out again.
-TMAP_CACHE_SIZE = 16
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +274,6 @@ class Plan:
         self._zero_dw = layout.zero_dw
         self._dw_nbytes = problem.dw_numel * DTYPE_BYTES[problem.dw_dtype]
         self._last = None  # (dy, x, dw, zeroed, scratch) of the last patch
-        self._tmap_bytes: dict = {}  # (kernarg, address) -> the map's 128 kernarg bytes (TMAP_CACHE_SIZE, oldest out)
         self._last2 = None
         self._lock = threading.Lock()
         self.launches = 0
@@ -375,14 +370,7 @@ class Plan:
         last = self._last
         for name, operand, tm in self._tmaps:
             if last is None or vals[operand] != last[0 if operand == "dy" else 1]:
-                key = (name, vals[operand])
-                b = self._tmap_bytes.get(key)
-                if b is None:  # the same map at another address: deterministic bytes, kept for the next time
-                    b = self.backend.tensor_map_at(tm, vals[operand])
-                    if len(self._tmap_bytes) >= TMAP_CACHE_SIZE:
-                        del self._tmap_bytes[next(iter(self._tmap_bytes))]
-                    self._tmap_bytes[key] = b
-                pk.pack_into(data, name, b)
+                pk.pack_into(data, name, self.backend.tensor_map_at(tm, vals[operand]))
         self._last = (dy, x, dw, z, s)
 
     def launch(self, dy: int, x: int, dw: int, stream: int = 0) -> None:
