@@ -846,6 +846,10 @@ def build(
         return True
 
     def fill():
+        with _held_sigint():  # a claim is created and recorded as held whole, or not at all
+            _fill()
+
+    def _fill():
         if suspects:
             # Isolate: one suspect alone in the pool, so the one that kills its worker is known
             # and the innocent ones are not blamed.
@@ -983,9 +987,11 @@ def build(
 
 
 class _held_sigint:
-    """Hold a Ctrl-C (in the main thread) while one kernel is stored, then deliver it: an interrupt
-    between writing an entry's row and committing it to the index left the entry out of the index
-    and out of the summary (``cache verify`` then reported it missing until ``rebuild-index``)."""
+    """Hold a Ctrl-C (in the main thread) while the build records something in two steps, then
+    deliver it: an interrupt between writing an entry's row and committing it to the index left the
+    entry out of the index and the summary (``cache verify`` reported it missing until
+    ``rebuild-index``); one between creating a claim file and recording it as held left the claim
+    behind for ``release_all``."""
 
     def __enter__(self):
         self.old, self.got = None, False
