@@ -457,6 +457,20 @@ def _map_pointers(be: FakeBackend, a: dict, geo) -> dict:
     return ptrs
 
 
+def _tma_epilogue(be: FakeBackend, spec: KernelSpec, a: dict, ref, numel: int) -> None:
+    """A TMA kernel's epilogue on the float64 result: direct stores dW, atomic adds into the fp32 dW,
+    workspace adds into the replica (which must be zero at launch)."""
+    if spec.variant == "direct":
+        _store(be, a["dw"], ref, spec.dw_dtype)
+    elif spec.variant == "atomic":
+        _store(be, a["dw"], be.read_array(a["dw"], numel, "fp32").astype(np.float64) + ref, "fp32")
+    else:
+        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
+        if np.any(cur != 0):
+            raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
+        _store(be, a["ws_ptr"], ref, "fp32")
+
+
 def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     """A wgrad_tma launch: the problem from its scalars, x and dy from its two tensor maps (whose
     requests must describe that problem), then the split-K epilogue (workspace: into the replica)."""
@@ -491,17 +505,7 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
         raise FakeFault(f"grid {grid} for {units} work units ({spec.mode or 'one CTA each'})")
     if spec.variant == "direct" and ks != 1:
         raise FakeFault("direct epilogue launched with more than one split")
-    ref = _reference(be, p, {**a, **ptrs})
-    numel = p.dw_numel
-    if spec.variant == "direct":
-        _store(be, a["dw"], ref, spec.dw_dtype)
-    elif spec.variant == "atomic":
-        _store(be, a["dw"], be.read_array(a["dw"], numel, "fp32").astype(np.float64) + ref, "fp32")
-    else:
-        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
-        if np.any(cur != 0):
-            raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
-        _store(be, a["ws_ptr"], ref, "fp32")
+    _tma_epilogue(be, spec, a, _reference(be, p, {**a, **ptrs}), p.dw_numel)
 
 
 def _emulate_dwconv_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
@@ -528,15 +532,7 @@ def _emulate_dwconv_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> Non
     if grid != geo.grid:
         raise FakeFault(f"grid {grid} for {geo.grid} CTAs (channel blocks x splits)")
     ptrs = _map_pointers(be, a, geo)
-    ref = _reference(be, p, {**a, **ptrs})
-    numel = p.dw_numel
-    if spec.variant == "atomic":
-        _store(be, a["dw"], be.read_array(a["dw"], numel, "fp32").astype(np.float64) + ref, "fp32")
-    else:
-        cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
-        if np.any(cur != 0):
-            raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
-        _store(be, a["ws_ptr"], ref, "fp32")
+    _tma_epilogue(be, spec, a, _reference(be, p, {**a, **ptrs}), p.dw_numel)
 
 
 def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
