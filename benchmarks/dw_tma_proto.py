@@ -259,22 +259,10 @@ def pick_configs(kernels, r, tags=()):
 
 
 def time_us(fn, reps, warmup):
-    """Median device time of ``reps`` event-timed calls, every call queued behind a ~3 ms sleep
-    first (so a call's host time, up to ~90 us each, never shows)."""
-    import torch
+    """gluon_run's timing with a ~3 ms sleep ahead (a call's host time, up to ~90 us each, never shows)."""
+    from gluon_run import time_us as timed
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    torch.cuda._sleep(6_000_000)
-    for a, b in ev:
-        a.record()
-        fn()
-        b.record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) * 1e3 for a, b in ev)
-    return t[len(t) // 2]
+    return timed(fn, reps, warmup, sleep_cycles=6_000_000)
 
 
 def run_row(gpu, r, kernels, reps, warmup, product, tags=(), fixed_ks=()):

@@ -311,14 +311,16 @@ def run_row(gpu, r, kernels, reps, warmup):
     return out
 
 
-def time_us(fn, reps, warmup):
+def time_us(fn, reps, warmup, sleep_cycles=2_000_000):
+    """Median device time of ``reps`` event-timed calls, all queued behind a GPU sleep of
+    ``sleep_cycles`` first (so the calls' host time never shows)."""
     import torch
 
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    torch.cuda._sleep(2_000_000)  # queue every launch before the first event
+    torch.cuda._sleep(sleep_cycles)  # queue every launch before the first event
     for a, b in ev:
         a.record()
         fn()
