@@ -95,8 +95,131 @@ def grouped_bdot(
     tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
 
 
-# (BP reduction rows a step, RY filter rows a tap block, warps)
-CONFIGS = [(32, 4, 4), (64, 4, 4), (32, 1, 4), (64, 1, 4), (64, 4, 8), (128, 1, 4), (64, 1, 8)]
+
+@triton.jit
+def grouped_bdot_taps(
+    dy, x, dw,
+    P, HoWo, Wo, H, W, sh, sw, ph, pw, dh, dwd, ks_iters, GC, GK,
+    C: tl.constexpr, K: tl.constexpr, Y: tl.constexpr, X: tl.constexpr,
+    CP: tl.constexpr, KP: tl.constexpr, XP: tl.constexpr, RY: tl.constexpr, BP: tl.constexpr,
+):  # fmt: skip
+    """v2: the taps are the dot's batch, x is loaded as [NT, BP, CP] (a thread owns one row r and
+    all its taps, so the row's division and base are computed once per thread, not per tap
+    column), and dy's [KP, BP] block is broadcast over the taps."""
+    g = tl.program_id(0)
+    tb = tl.program_id(1)
+    split = tl.program_id(2)
+    NT: tl.constexpr = RY * XP
+    slot = tl.arange(0, NT)
+    ky = tb * RY + slot // XP
+    kx = slot % XP
+    tap_ok = (ky < Y) & (kx < X)
+    ky_d = tl.where(tap_ok, ky * dh, 1 << 20)[:, None, None]  # a tap outside the filter fails the bounds test
+    kx_d = (kx * dwd)[:, None, None]
+    c = tl.arange(0, CP)[None, None, :]
+    tap_off = ((ky * dh * W + kx * dwd) * GC)[:, None, None] + g * C + c
+    k = tl.arange(0, KP)
+    acc = tl.zeros([NT, KP, CP], dtype=tl.float32)
+    r0 = split * ks_iters * BP
+    for it in range(ks_iters):
+        r = r0 + it * BP + tl.arange(0, BP)
+        r_ok = r < P
+        n = r // HoWo
+        rem = r - n * HoWo
+        ho = rem // Wo
+        wo = rem - ho * Wo
+        hi = (ho * sh - ph)[None, :, None]
+        wi = (wo * sw - pw)[None, :, None]
+        if KP != K:
+            a = tl.load(dy + (r * GK + g * K)[None, :] + k[:, None], mask=r_ok[None, :] & (k < K)[:, None], other=0.0)
+        else:
+            a = tl.load(dy + (r * GK + g * K)[None, :] + k[:, None], mask=r_ok[None, :], other=0.0)
+        hh = hi + ky_d
+        ww = wi + kx_d
+        m = r_ok[None, :, None] & (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W)
+        if CP != C:
+            m = m & (c < C)
+        row_off = (((n * H) * W) * GC)[None, :, None] + (hi * W + wi) * GC
+        b = tl.load(x + row_off + tap_off, mask=m, other=0.0)
+        acc = tl.dot(tl.broadcast_to(a[None, :, :], (NT, KP, BP)), b, acc)
+    tap = (ky * X + kx)[:, None, None]
+    kk = k[None, :, None]
+    offs = ((g * K + kk) * (Y * X) + tap) * C + c
+    mask = (kk < K) & tap_ok[:, None, None] & (c < C)
+    tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
+
+
+@triton.jit
+def _taps_mac(acc, a, x, row_off, hi, wi, r_ok, t0, g, c, dh, dwd, H, W, GC,
+              C: tl.constexpr, X: tl.constexpr, TAPS: tl.constexpr, NT: tl.constexpr, CP: tl.constexpr):  # fmt: skip
+    """acc[t - t0] += a @ x at tap t, for the NT taps t0.. of the flattened filter (x loaded [NT, BP, CP])."""
+    t = t0 + tl.arange(0, NT)
+    ky = t // X
+    kx = t % X
+    ky_d = tl.where(t < TAPS, ky * dh, 1 << 20)[:, None, None]  # a slot past the filter fails the bounds test
+    kx_d = (kx * dwd)[:, None, None]
+    tap_off = ((ky * dh * W + kx * dwd) * GC)[:, None, None] + g * C + c
+    hh = hi + ky_d
+    ww = wi + kx_d
+    m = r_ok & (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W)
+    if CP != C:
+        m = m & (c < C)
+    b = tl.load(x + row_off + tap_off, mask=m, other=0.0)
+    return tl.dot(tl.broadcast_to(a[None, :, :], (NT, a.shape[0], a.shape[1])), b, acc)
+
+
+@triton.jit
+def _taps_store(acc, dw, g, k, c, t0, C: tl.constexpr, K: tl.constexpr, TAPS: tl.constexpr, NT: tl.constexpr):
+    t = (t0 + tl.arange(0, NT))[:, None, None]
+    kk = k[None, :, None]
+    offs = ((g * K + kk) * TAPS + t) * C + c
+    tl.atomic_add(dw + offs, acc, mask=(kk < K) & (t < TAPS) & (c < C), sem="relaxed")
+
+
+@triton.jit
+def grouped_bdot_exact(
+    dy, x, dw,
+    P, HoWo, Wo, H, W, sh, sw, ph, pw, dh, dwd, ks_iters, GC, GK,
+    C: tl.constexpr, K: tl.constexpr, Y: tl.constexpr, X: tl.constexpr,
+    CP: tl.constexpr, KP: tl.constexpr, BP: tl.constexpr, NT1: tl.constexpr, NT2: tl.constexpr,
+):  # fmt: skip
+    """v3: v2 with the filter's taps in two batches of power-of-two sizes (3x3: 8 + 1, 5x5: 16 + 16,
+    7x7: 32 + 32) instead of a padded grid (3x3 on 4 x 4 slots), so few slots are empty."""
+    g = tl.program_id(0)
+    split = tl.program_id(2)
+    TAPS: tl.constexpr = Y * X
+    REST: tl.constexpr = TAPS - NT1
+    c = tl.arange(0, CP)[None, None, :]
+    k = tl.arange(0, KP)
+    acc1 = tl.zeros([NT1, KP, CP], dtype=tl.float32)
+    acc2 = tl.zeros([NT2, KP, CP], dtype=tl.float32)
+    r0 = split * ks_iters * BP
+    for it in range(ks_iters):
+        r = r0 + it * BP + tl.arange(0, BP)
+        r_ok = r < P
+        n = r // HoWo
+        rem = r - n * HoWo
+        ho = rem // Wo
+        wo = rem - ho * Wo
+        hi = (ho * sh - ph)[None, :, None]
+        wi = (wo * sw - pw)[None, :, None]
+        if KP != K:
+            a = tl.load(dy + (r * GK + g * K)[None, :] + k[:, None], mask=r_ok[None, :] & (k < K)[:, None], other=0.0)
+        else:
+            a = tl.load(dy + (r * GK + g * K)[None, :] + k[:, None], mask=r_ok[None, :], other=0.0)
+        row_off = (((n * H) * W) * GC)[None, :, None] + (hi * W + wi) * GC
+        rok = r_ok[None, :, None]
+        acc1 = _taps_mac(acc1, a, x, row_off, hi, wi, rok, 0, g, c, dh, dwd, H, W, GC, C, X, TAPS, NT1, CP)
+        if REST > 0:
+            acc2 = _taps_mac(acc2, a, x, row_off, hi, wi, rok, NT1, g, c, dh, dwd, H, W, GC, C, X, TAPS, NT2, CP)
+    _taps_store(acc1, dw, g, k, c, 0, C, K, TAPS, NT1)
+    if REST > 0:
+        _taps_store(acc2, dw, g, k, c, NT1, C, K, TAPS, NT2)
+
+# (kernel, BP reduction rows a step, RY filter rows a tap block (v1, v2), warps)
+KERNELS = {"v1": grouped_bdot, "v2": grouped_bdot_taps, "v3": grouped_bdot_exact}
+CONFIGS = [("v1", 64, 4, 4), ("v2", 64, 4, 4), ("v2", 32, 4, 4), ("v3", 32, 0, 4), ("v3", 64, 0, 4), ("v3", 128, 0, 4),
+           ("v3", 128, 0, 8)]  # fmt: skip
 
 
 def pow2(v, lo):
@@ -105,15 +228,24 @@ def pow2(v, lo):
 
 def geometry(prob, cfg):
     """Launch geometry of a problem under a configuration: the constexprs and the tap blocks."""
-    bp, ry, warps = cfg
+    kern, bp, ry, warps = cfg
     C, K, Y, X = prob["cg"], prob["kg"], prob["y"], prob["x"]
-    ry = min(ry, pow2(Y, 1))
     cp, kp, xp = pow2(C, 4), pow2(K, 16), pow2(X, 1)
-    if xp * ry * cp < 16:
+    if C > 32 or K > 32:  # the packed kernels waste nothing there
+        return None
+    if kern == "v3":
+        taps = Y * X
+        nt1 = 1 << (taps.bit_length() - 1)
+        nt2 = pow2(taps - nt1, 1)
+        if kp * cp * (nt1 + nt2) > 64 * 32 * warps:
+            return None
+        return dict(kern=kern, CP=cp, KP=kp, BP=bp, NT1=nt1, NT2=nt2, tap_blocks=1, warps=warps)
+    ry = min(ry, pow2(Y, 1))
+    if xp * ry * cp < 16 and kern == "v1":
         return None
     if kp * xp * ry * cp > 64 * 32 * warps:  # accumulator above 64 fp32 registers a thread
         return None
-    return dict(CP=cp, KP=kp, XP=xp, RY=ry, BP=bp, tap_blocks=-(-Y // ry), warps=warps)
+    return dict(kern=kern, CP=cp, KP=kp, XP=xp, RY=ry, BP=bp, tap_blocks=-(-Y // ry), warps=warps)
 
 
 def launch(dy, x, dw32, prob, geo, ks):
@@ -123,10 +255,11 @@ def launch(dy, x, dw32, prob, geo, ks):
     ks_iters = -(-steps // ks)
     ks = -(-steps // ks_iters)
     grid = (prob["g"], geo["tap_blocks"], ks)
-    grouped_bdot[grid](
+    extra = {k: geo[k] for k in ("XP", "RY", "NT1", "NT2") if k in geo}
+    KERNELS[geo["kern"]][grid](
         dy, x, dw32, P, Ho * Wo, Wo, H, W, prob["s"], prob["s"], prob["p"], prob["p"], prob["d"], prob["d"], ks_iters,
         prob["g"] * prob["cg"], prob["g"] * prob["kg"], C=prob["cg"], K=prob["kg"], Y=prob["y"], X=prob["x"],
-        CP=geo["CP"], KP=geo["KP"], XP=geo["XP"], RY=geo["RY"], BP=geo["BP"], num_warps=geo["warps"],
+        CP=geo["CP"], KP=geo["KP"], BP=geo["BP"], num_warps=geo["warps"], **extra,
     )  # fmt: skip
     return ks
 
@@ -173,13 +306,15 @@ def cmd_selftest(args):
         dict(n=1, in_channels=64, out_channels=32, groups=4, h=9, w=9, y=3, x=3, stride=2, padding=1, dilation=1, dtype="fp32"),
         dict(n=2, in_channels=24, out_channels=24, groups=6, h=6, w=5, y=3, x=3, stride=1, padding=2, dilation=2, dtype="fp32"),
         dict(n=1, in_channels=96, out_channels=96, groups=3, h=5, w=5, y=3, x=3, stride=1, padding=1, dilation=1, dtype="fp32"),
+        dict(n=1, in_channels=32, out_channels=16, groups=2, h=8, w=7, y=5, x=5, stride=1, padding=2, dilation=1, dtype="fp32"),
+        dict(n=2, in_channels=32, out_channels=32, groups=4, h=6, w=6, y=1, x=3, stride=1, padding=1, dilation=1, dtype="fp32"),
     ]
     bad = 0
     for i, r in enumerate(rows):
         prob = problem(r)
         x, dy = tensors(prob, "cpu", torch.float32, i)
         ref = reference(prob, x, dy)
-        for cfg in [(16, 4, 4), (16, 1, 4)]:
+        for cfg in [("v1", 16, 4, 4), ("v1", 16, 1, 4), ("v2", 16, 4, 4), ("v2", 16, 1, 4), ("v3", 16, 0, 4)]:
             geo = geometry(prob, cfg)
             if geo is None:
                 continue
