@@ -5,6 +5,7 @@
 # three loops (benchmarks/grouped_bdot_proto.py, Triton JIT on the device) and their BK / warps.
 # Rows: the five weakest grouped rows of X9 (grouped_low_x9) and random_g_2026120494 (16 grouped
 # layers drawn before any timing of this session).
+# gpu_grouped_taps_ab.py and the family were reverted after this run (the commit after 5d4e62e): run it at 5d4e62e.
 # Build (CPU): skwgrad compile-all --preset default --arch sm_90 --corpus <both csv> --cache .device/gcache2;
 #   skwgrad cache export --cache .device/gcache2 .device/y1.tar.xz. Carried: .whl, .device/y1.tar.xz.
 set -uo pipefail

@@ -54,7 +54,7 @@ SK_SCALARS = (
 PAD_COPIES = 2
 PAD_COPY_SCALARS = ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows", "scatter")
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma", "dwconv_tma", "grouped_taps")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma", "dwconv_tma")
 HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
 # Split-K epilogues: direct (ks_count = 1), atomic (fp32 dW), two_stage (a whole f32 replica per
 # split, summed in order: deterministic), workspace (atomics into one f32 replica that Stage-2
@@ -204,7 +204,7 @@ def declaration(family: str, variant: str) -> KernargDecl:
             Arg("ws_ptr", "ptr", "f32"), Arg("dw", "ptr", "dw"), Arg("numel", "i32"), Arg("replicas", "i32"),
             Arg("reset", "i32"),
         ]  # fmt: skip
-    elif family in ("dwconv", "grouped", "grouped_taps"):
+    elif family in ("dwconv", "grouped"):
         args = _dwconv_args(variant, family)
     elif family == "wgrad_tma":
         args = _tma_args(variant)
@@ -314,18 +314,15 @@ class Packer:
 # ``grouped``: skwgrad/aot/kernels/grouped.py) ------------------------------------------------
 # Split-K with the wgrad epilogues, so the wgrad prefix as it is: the real problem's scalars,
 # ws_ptr/ws_bytes live for two_stage and workspace, ks_iters (dwconv: steps of BR rows; grouped:
-# BK slices; grouped_taps: steps of BK rows) and ks_count. Nothing is appended. ``workspace``: atomics into one f32 replica (zero
+# BK slices) and ks_count. Nothing is appended. ``workspace``: atomics into one f32 replica (zero
 # at rest), then the Stage-2 reduce over that one replica: a split-K degree in the hundreds costs
 # no long Stage-2 loop.
 DWCONV_VARIANTS = SPLITK_EPILOGUES
 GROUPED_VARIANTS = SPLITK_EPILOGUES
-# grouped_taps (one group per CTA): every split adds (atomic, workspace) or the one split stores
-# (direct); no per-split replicas.
-GROUPED_TAPS_VARIANTS = ("direct", "atomic", "workspace")
 
 
 def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
-    allowed = {"dwconv": DWCONV_VARIANTS, "grouped": GROUPED_VARIANTS, "grouped_taps": GROUPED_TAPS_VARIANTS}[family]
+    allowed = DWCONV_VARIANTS if family == "dwconv" else GROUPED_VARIANTS
     if variant not in allowed:
         raise AbiError(f"{family} epilogue {variant!r} is not one of {', '.join(allowed)}")
     return _prefix(workspace=variant in WORKSPACE_VARIANTS)

@@ -90,8 +90,6 @@ def launch_geometry(
         return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     if family == "dwconv_tma":
         return dwconv_tma_geometry(problem, variant, bc=bm, taps=bn, wt=bk, ks_count=ks_count)
-    if family == "grouped_taps":
-        return grouped_taps_geometry(problem, variant, bk=bk, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
     if tiling.num_tiles > kernargs.I32_MAX or tiling.total_iters > kernargs.I32_MAX:
         raise ProblemError(f"{tiling.num_tiles} tiles x {tiling.iters_per_tile} iterations overflow the kernels' i32 counters")
@@ -362,56 +360,6 @@ def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn
             raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
         scalars["ws_bytes"] = ws_bytes
     return LaunchGeometry(problem, "grouped", variant, "", geo.tiling, geo.grid, geo.ks_count, geo.ks_iters, None, ws, scalars)
-
-
-# -- one-group-per-CTA family (``grouped_taps``): groups x splits of BK-row steps -----------------
-# A CTA computes one group's K x (taps x C) GEMM; the taps are the dot's batch, in two power-of-two
-# parts (``skwgrad.abi.spec.grouped_taps_batches``). Steps are BK consecutive output rows (n, [do,] ho, wo); split-K
-# over them, grid = G x ks_count, group-major.
-GROUPED_TAPS_CTAS_PER_CU = 4
-
-
-def grouped_taps_tiling(problem: ConvProblem, bk: int) -> Tiling:
-    """tiles = groups, iterations = steps of ``bk`` output rows (N * Do * Ho * Wo of them)."""
-    p = problem
-    return Tiling(bm=p.k, bn=p.c, bk=bk, m_tiles_per_group=1, m_tiles=p.g, n_tiles=1, num_tiles=p.g,
-                  iters_per_tile=math.ceil(p.gemm_k / bk))  # fmt: skip
-
-
-def grouped_taps_ks_count(problem: ConvProblem, *, bk: int, compute_units: int, ctas_per_cu: int = GROUPED_TAPS_CTAS_PER_CU) -> int:
-    """The split degree: ``ctas_per_cu`` CTAs per CU over the groups, in [1, steps]."""
-    if compute_units <= 0:
-        raise ProblemError(f"grouped_taps_ks_count needs compute_units > 0, got {compute_units}")
-    t = grouped_taps_tiling(problem, bk)
-    return max(1, min(math.ceil(ctas_per_cu * compute_units / t.num_tiles), t.iters_per_tile))
-
-
-def grouped_taps_geometry(problem: ConvProblem, variant: str, *, bk: int, ks_count: int) -> LaunchGeometry:
-    """One launch of a ``grouped_taps`` kernel: ``direct`` (one split) stores dW, ``atomic`` adds
-    into the zeroed fp32 dW, ``workspace`` into one zeroed f32 replica that Stage-2 casts into dW
-    (and zeroes again)."""
-    kernargs.declaration("grouped_taps", variant)
-    p = problem
-    t = grouped_taps_tiling(p, bk)
-    total = t.iters_per_tile
-    if not 1 <= ks_count <= total:
-        raise ProblemError(f"ks_count must be in [1, {total}] (the steps of {bk} output rows), got {ks_count}")
-    if variant == "direct" and ks_count != 1:
-        raise ProblemError(f"the direct epilogue stores dW from one split; ks_count is {ks_count}")
-    ks_iters = math.ceil(total / ks_count)
-    ks_count = math.ceil(total / ks_iters)
-    grid = t.num_tiles * ks_count
-    x_numel = p.n * p.di * p.hi * p.wi * p.g * p.c
-    dy_numel = p.gemm_k * p.g * p.k
-    if grid > kernargs.I32_MAX or max(x_numel, dy_numel) > kernargs.I32_MAX:
-        raise ProblemError(f"{grid} CTAs, or x / dy of {x_numel} / {dy_numel} elements, overflow the kernel's i32 offsets")
-    ws = workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count)
-    scalars = dict(kernargs.problem_scalars(p))
-    scalars["ks_iters"] = ks_iters
-    scalars["ks_count"] = ks_count
-    if variant == "workspace":
-        scalars["ws_bytes"] = ws.region("replicas").nbytes
-    return LaunchGeometry(p, "grouped_taps", variant, "", t, grid, ks_count, ks_iters, None, ws, scalars)
 
 
 # -- TMA im2col family (``wgrad_tma``, sm_90): filter taps as tiles, BK-row blocks as iterations --

@@ -11,9 +11,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
-from skwgrad.abi.kernargs import (
-    DWCONV_TMA_VARIANTS, FAMILIES, GROUPED_TAPS_VARIANTS, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration,
-)  # fmt: skip
+from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
@@ -32,27 +30,12 @@ TMA_MODES = ("", "persistent", "streamk")  # how a wgrad_tma grid covers its wor
 # read x 4x from L2 and was L2-bound: benchmarks/RESULTS.md, session 19).
 DWCONV_TMA_X_ROWS = 8
 TMA_FAMILIES = ("wgrad_tma", "dwconv_tma")  # Gluon kernels that read dy and x through tensor maps (sm_90)
-# grouped_taps holds bm x bn fp32 sums per tap slot; at most this many a thread leaves the
-# registers room for the operands (the default's kernels hold 18-36 and compile without spills).
-GROUPED_TAPS_ACC_PER_THREAD = 64
-
-
-def grouped_taps_batches(taps: int) -> tuple[int, int]:
-    """The tap batches (NT1, NT2) of a filter of ``taps`` taps: NT1 the largest power of two <=
-    taps, NT2 the smallest power of two >= the rest (1 when there is none; its slots past the
-    filter load nothing). 3x3: 8 + 1; 5x5: 16 + 16; 3x3x3: 16 + 16. Shared by the kernel's
-    constexprs and the spec's register rule."""
-    if taps < 1:
-        raise AbiError(f"a filter has at least one tap, got {taps}")
-    nt1 = 1 << (taps.bit_length() - 1)
-    rest = taps - nt1
-    return nt1, (1 << (rest - 1).bit_length()) if rest > 1 else 1
 
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma" | "dwconv_tma" | "grouped_taps"
-    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows; wgrad_tma, grouped_taps: direct|atomic|workspace; dwconv_tma: atomic|workspace
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma" | "dwconv_tma"
+    variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows; wgrad_tma: direct|atomic|workspace; dwconv_tma: atomic|workspace
     dtype: str  # input dtype (x, dy); for stage2 and pad the element dtype, equal to dw_dtype
     dw_dtype: str
     spatial_dims: int = 2
@@ -66,7 +49,7 @@ class KernelSpec:
     num_stages: int = 2
     mode: str = ""  # wgrad_sk only: dp_sk | persistent
     precision: str = ""  # fp32 input only: ieee | tf32
-    block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile; wgrad_tma: filter taps per tile; grouped_taps: the filter's taps
+    block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile; wgrad_tma: filter taps per tile
 
     def __post_init__(self):
         self.validate()
@@ -100,8 +83,6 @@ class KernelSpec:
             return self._validate_tma(bad)
         if self.family == "dwconv_tma":
             return self._validate_dwconv_tma(bad)
-        if self.family == "grouped_taps":
-            return self._validate_grouped_taps(bad)
         if self.block and self.family != "grouped":
             raise bad("only stage2 kernels have a block size")
         if self.family == "grouped" and (self.block < 1 or self.block & (self.block - 1) or self.pointwise):
@@ -144,10 +125,6 @@ class KernelSpec:
             return f"{self.family}_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
         if self.family == "dwconv":
             return self._label_dwconv()
-        if self.family == "grouped_taps":
-            dt = self.dtype + (self.precision if self.precision else "") + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
-            return (f"grouped_taps_{dt}_{self.spatial_dims}d_k{self.bm}c{self.bn}_t{self.block}_r{self.bk}"
-                    f"_w{self.num_warps}s{self.num_stages}_{self.variant}")  # fmt: skip
         if self.family == "dwconv_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
             return f"dwconv_tma_{dt}_2d_v{self.vec_c}_c{self.bm}x{self.bn}w{self.bk}_w{self.num_warps}s{self.num_stages}_{self.variant}"
@@ -226,8 +203,6 @@ class KernelSpec:
             return self._check_problem_tma(p)
         if self.family == "dwconv_tma":
             return self._check_problem_dwconv_tma(p)
-        if self.family == "grouped_taps":
-            return self._check_problem_grouped_taps(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -366,55 +341,6 @@ class KernelSpec:
             raise AbiError(
                 f"{self.label} loads dy {self.vec_k} channels at a time; {gb} groups x K = {p.k} is not a multiple of {self.vec_k}"
             )
-
-    # -- one-group-per-CTA family (``grouped_taps``) -----------------------------------------------
-    # bm / bn: the exact K and C per group the kernel is built for (its MMA is sized to them); bk:
-    # output rows per step; block: the filter's taps (the dot's batch, in two power-of-two parts).
-    def _validate_grouped_taps(self, bad):
-        if self.variant not in GROUPED_TAPS_VARIANTS:
-            raise bad(f"grouped_taps epilogue must be one of {', '.join(GROUPED_TAPS_VARIANTS)}")
-        if self.dw_dtype not in (self.dtype, "fp32"):
-            raise bad("dW is the input dtype or fp32")
-        if self.variant == "atomic" and self.dw_dtype != "fp32":
-            raise bad("the atomic epilogue accumulates into dW, which must be fp32")
-        if self.variant == "workspace" and self.dw_dtype == "fp32":
-            raise bad("the workspace epilogue is for a dW in the input dtype (fp32 dW: use atomic)")
-        if self.spatial_dims not in (2, 3) or self.pointwise or self.mode:
-            raise bad("grouped_taps is 2-D or 3-D, with no pointwise addressing or mode")
-        if (self.vec_c, self.vec_k) != (1, 1):
-            raise bad("grouped_taps: vec_c = vec_k = 1 (its vectors are the group's bn channels, exact)")
-        if (self.dtype == "fp32") != bool(self.precision) or (self.precision and self.precision not in PRECISIONS):
-            raise bad(f"fp32 input needs a precision ({', '.join(PRECISIONS)}); other dtypes none")
-        for name in ("bm", "bn"):
-            v = getattr(self, name)
-            if v not in (8, 16, 32):
-                raise bad(f"{name} (channels per group) is 8, 16 or 32")
-        if self.bk < 16 or self.bk > 256 or self.bk & (self.bk - 1):
-            raise bad("bk (output rows per step) must be a power of two in [16, 256]")
-        if not 1 <= self.block <= 64:
-            raise bad("block (the filter's taps) is 1..64")
-        if self.num_warps not in (4, 8) or not 1 <= self.num_stages <= 4:
-            raise bad("grouped_taps: num_warps is 4 or 8, num_stages 1..4")
-        nt1, nt2 = grouped_taps_batches(self.block)
-        if self.bm * self.bn * (nt1 + nt2) > GROUPED_TAPS_ACC_PER_THREAD * 32 * self.num_warps:
-            raise bad(f"the accumulator (bm x bn x {nt1 + nt2} tap slots) must be at most {GROUPED_TAPS_ACC_PER_THREAD} "
-                      f"fp32 values a thread")  # fmt: skip
-
-    def _check_problem_grouped_taps(self, p: ConvProblem) -> None:
-        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
-            raise AbiError(
-                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; the problem has {p.dtype} / {p.dw_dtype}"
-            )
-        if p.precision != self.precision:
-            raise AbiError(f"{self.label} computes with {self.precision} precision; the problem asks for {p.precision}")
-        if p.spatial_dims != self.spatial_dims:
-            raise AbiError(f"{self.label} is a {self.spatial_dims}-D kernel; the problem is {p.spatial_dims}-D")
-        if (p.k, p.c) != (self.bm, self.bn):
-            raise AbiError(
-                f"{self.label} is built for exactly K = {self.bm} and C = {self.bn} per group; the problem has K = {p.k}, C = {p.c}"
-            )
-        if p.z * p.y * p.x != self.block:
-            raise AbiError(f"{self.label} is built for {self.block}-tap filters; the problem's {p.z}x{p.y}x{p.x} filter has {p.z * p.y * p.x}")
 
     # -- TMA im2col family (``wgrad_tma``, sm_90) ------------------------------------------------
     # A tile is bm output channels x block filter taps x (bn / block) input channels; bk output

@@ -518,7 +518,6 @@ register_family("dwconv", lambda ctx: dwconv_specs(ctx.preset, ctx.arch, ctx.dty
 register_family("grouped", lambda ctx: grouped_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("wgrad_tma", lambda ctx: tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("dwconv_tma", lambda ctx: dwconv_tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
-register_family("grouped_taps", lambda ctx: grouped_taps_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 
 
 def _needs_stage2(spec: KernelSpec) -> bool:
@@ -988,29 +987,5 @@ def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Ker
         KernelSpec("dwconv_tma", "workspace" if dw == dtype else "atomic", dtype, dw, vec_c=W, vec_k=W, bm=bc, bn=k, bk=wt,
                    num_warps=warps, num_stages=stages)  # fmt: skip
         for k, bc, wt, warps, stages in DWCONV_TMA_CONFIGS
-        for dw in dw_dtypes(dtype)
-    ]
-
-
-# -- one-group-per-CTA family (``grouped_taps``) ---------------------------------------------------
-# (channels per group, BK rows a step, warps, filter taps, spatial dims): K = C per group, the
-# grouped layers of ResNeXt / RegNet / the random sets (3x3, in = out channels per group); 8 warps
-# where the accumulator (32 x 32 x 9 tap slots, 16 x 16 x 32 in 3-D) would pass 64 fp32 values a
-# thread at 4. 3-D steps of 32 rows: 64 needs 67 KB of LDS, above gfx942's 64 KB.
-GROUPED_TAPS_CONFIGS = ((8, 128, 4, 9, 2), (16, 64, 4, 9, 2), (32, 64, 8, 9, 2), (16, 32, 8, 27, 3))
-
-
-def grouped_taps_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
-    """The one-group-per-CTA kernels of a preset for one arch and dtype: 16-bit inputs, atomic for an
-    fp32 dW, workspace for a 16-bit one (direct in smoke); none with ``--tiles``."""
-    if tiles or dtype == "fp32":
-        return []
-    stages = ARCHES[arch].default_stages
-    if preset == "smoke":
-        return [KernelSpec("grouped_taps", "direct", dtype, dtype, bm=16, bn=16, bk=64, block=9, num_warps=4, num_stages=stages)]
-    return [
-        KernelSpec("grouped_taps", "workspace" if dw == dtype else "atomic", dtype, dw, spatial_dims=dims, bm=cg, bn=cg, bk=bk,
-                   block=taps, num_warps=warps, num_stages=stages)  # fmt: skip
-        for cg, bk, warps, taps, dims in GROUPED_TAPS_CONFIGS
         for dw in dw_dtypes(dtype)
     ]

@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, grouped_taps_ks_count, grouped_taps_tiling, spec_geometry, takes_pool, tma_tiling, tma_unsupported
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -623,29 +623,6 @@ def _dwconv_tma_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int
     return sorted({max(1, min(math.ceil(c * cus / t.num_tiles), t.iters_per_tile)) for c in (1, 2, 4)})
 
 
-def _grouped_taps_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
-    """A grouped problem on a cached ``grouped_taps`` kernel built for its channels per group and
-    filter (atomic for an fp32 dW, workspace with Stage-2 for a 16-bit one, direct when asked), at
-    the family's split rule; None otherwise (deterministic runs too: its adds are atomic)."""
-    if problem.g == 1 or o.deterministic or o.reduction not in ("auto", "direct", "atomic", "workspace"):
-        return None
-    for k in sorted(candidates(cache, arch, problem, family="grouped_taps", exclude=exclude), key=lambda k: k.label):
-        v = k.spec.variant
-        if not o.allows(v) or (v == "workspace" and stage2 is None) or (v == "direct" and o.reduction != "direct"):
-            continue
-        n = 1 if v == "direct" else grouped_taps_ks_count(problem, bk=k.spec.bk, compute_units=cus)
-        return Choice(k, ks_count=n, stage2=stage2 if v == "workspace" else None, reason=f"grouped_taps ks_count={n}")
-    return None
-
-
-def _grouped_taps_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int]:
-    """Split degrees the search times for a grouped_taps kernel: 1, 2, 4 (the rule) and 8 CTAs per CU."""
-    if k.spec.variant == "direct":
-        return [1]
-    t = grouped_taps_tiling(problem, k.spec.bk)
-    return sorted({max(1, min(math.ceil(c * cus / t.num_tiles), t.iters_per_tile)) for c in (1, 2, 4, 8)})
-
-
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
@@ -657,7 +634,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     if o.reduction not in ("auto", *SPLITK_EPILOGUES, "workspace"):
         return None
     if (problem.c, problem.k) != (1, 1):
-        return _grouped_taps_choice(problem, cache, arch, cus, o, stage2, exclude)
+        return None
     tma = _dwconv_tma_choice(problem, cache, arch, cus, o, stage2, exclude)
     if tma is not None:
         return tma
@@ -806,8 +783,7 @@ def all_choices(
     if streamk in ("all", "auto", "off") and tile is None and streamk_ctas == -1:
         stage2 = find_stage2(cache, arch, problem.dw_dtype)
         pick = _special_family_choice(problem, cache, arch, cus, LaunchOptions(), stage2, frozenset(), occupancy)
-        specials = [k for f in ("dwconv", "dwconv_tma", "grouped_taps") for k in candidates(cache, arch, problem, family=f)]
-        for k in specials:
+        for k in candidates(cache, arch, problem, family="dwconv") + candidates(cache, arch, problem, family="dwconv_tma"):
             s = k.spec
             if reductions and s.variant not in reductions:
                 continue
@@ -815,16 +791,16 @@ def all_choices(
                 continue
             st2 = stage2 if s.variant in ("two_stage", "workspace") else None
             lead = pick is not None and k.key == pick.kernel.key
-            degrees = {"dwconv_tma": _dwconv_tma_search_ks, "grouped_taps": _grouped_taps_search_ks}.get(s.family, _dwconv_search_ks)(problem, k, cus)
+            degrees = _dwconv_tma_search_ks(problem, k, cus) if s.family == "dwconv_tma" else _dwconv_search_ks(problem, k, cus)
             for n in degrees:
                 if lead and n == pick.ks_count:
                     continue
                 special.append(Choice(k, ks_count=n, stage2=st2, reason="candidate"))
             if lead:
                 special.insert(0, Choice(k, ks_count=pick.ks_count, stage2=pick.stage2, reason="candidate"))
-    # A depthwise or grouped problem's own family first (the rule's pick leading): a ``top`` cut of
-    # this list (tune on first use) must time what auto would run, not only dense kernels.
-    return special + out if special else out
+    # A depthwise problem's own family first (the rule's pick leading): a ``top`` cut of this list
+    # (tune on first use) must time what auto would run, not only dense kernels.
+    return special + out if (problem.c, problem.k) == (1, 1) else out + special
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,9 +4,9 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 
 from __future__ import annotations
 
-from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, GROUPED_TAPS_VARIANTS, GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
+from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
-from skwgrad.aot.kernels import depthwise, dwconv_tma, grouped, grouped_taps, pad, stage2, tma, wgrad
+from skwgrad.aot.kernels import depthwise, dwconv_tma, grouped, pad, stage2, tma, wgrad
 
 
 # (family, variant) -> jit function; what each must take, in order, before its constexprs.
@@ -20,7 +20,6 @@ _KERNELS = {
     **{("grouped", v): grouped.grouped_wgrad for v in GROUPED_VARIANTS},
     **{("wgrad_tma", v): tma.wgrad_tma for v in TMA_VARIANTS},
     **{("dwconv_tma", v): dwconv_tma.dwconv_tma for v in DWCONV_TMA_VARIANTS},
-    **{("grouped_taps", v): grouped_taps.grouped_taps_wgrad for v in GROUPED_TAPS_VARIANTS},
 }
 
 
@@ -56,8 +55,6 @@ def kernel_for(spec, target):
         consts = tma.constexprs(spec)
     elif spec.family == "dwconv_tma":
         consts = dwconv_tma.constexprs(spec)
-    elif spec.family == "grouped_taps":
-        consts = grouped_taps.constexprs(spec, target)
     else:
         consts = wgrad.constexprs(spec, target)
     return fn, consts
