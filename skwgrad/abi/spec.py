@@ -30,6 +30,7 @@ TMA_MODES = ("", "persistent", "streamk")  # how a wgrad_tma grid covers its wor
 # read x 4x from L2 and was L2-bound: benchmarks/RESULTS.md, session 19).
 DWCONV_TMA_X_ROWS = 8
 TMA_FAMILIES = ("wgrad_tma", "dwconv_tma")  # Gluon kernels that read dy and x through tensor maps (sm_90)
+TMA_TWO_CTA_REGS = 128  # 256 threads x 128 registers: half an SM's register file
 
 
 @dataclass(frozen=True, order=True)
@@ -50,6 +51,10 @@ class KernelSpec:
     mode: str = ""  # wgrad_sk only: dp_sk | persistent
     precision: str = ""  # fp32 input only: ieee | tf32
     block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile; wgrad_tma: filter taps per tile
+    # wgrad_tma only: the registers a thread is launched with (0: the compiler's choice, which for a
+    # warp-specialized kernel fills the SM, so one CTA fits); TMA_TWO_CTA_REGS lets two CTAs share an
+    # SM (the MMA warps still grow to 232 through setmaxnreg, taken from the producer warp's share).
+    max_regs: int = 0
 
     def __post_init__(self):
         self.validate()
@@ -58,6 +63,8 @@ class KernelSpec:
     def validate(self):
         bad = lambda msg: AbiError(f"invalid kernel spec ({self.label_unchecked()}): {msg}")  # noqa: E731
         declaration(self.family, self.variant)  # family/variant known
+        if self.max_regs and (self.family != "wgrad_tma" or self.max_regs != TMA_TWO_CTA_REGS):
+            raise bad(f"max_regs is 0, or {TMA_TWO_CTA_REGS} on a wgrad_tma kernel (two CTAs an SM)")
         if self.dtype not in DTYPES or self.dw_dtype not in DTYPES:
             raise bad(f"dtypes must be among {', '.join(DTYPES)}")
         if self.family in HELPER_FAMILIES:
@@ -131,7 +138,8 @@ class KernelSpec:
         if self.family == "wgrad_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
             return (f"wgrad_tma_{dt}_2d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
-                    f"_w{self.num_warps}s{self.num_stages}{'_' + self.mode if self.mode else ''}_{self.variant}")  # fmt: skip
+                    f"_w{self.num_warps}s{self.num_stages}{f'r{self.max_regs}' if self.max_regs else ''}"
+                    f"{'_' + self.mode if self.mode else ''}_{self.variant}")  # fmt: skip
         dt = self.dtype + (self.precision if self.precision else "")
         if self.dw_dtype != self.dtype:
             dt += f"_dw{self.dw_dtype}"

@@ -160,7 +160,8 @@ def compile_spec(spec: KernelSpec, arch: str, *, keep_asm: bool = False) -> Comp
             src,
             target=triton_target(target),
             # fp fusion pinned: Triton's default follows an environment variable the key cannot see.
-            options={"num_warps": spec.num_warps, "num_stages": spec.num_stages, "enable_fp_fusion": True},
+            options={"num_warps": spec.num_warps, "num_stages": spec.num_stages, "enable_fp_fusion": True,
+                     **({"maxnreg": spec.max_regs} if spec.max_regs else {})},
         )
     seconds = time.perf_counter() - t0
     md = compiled.metadata

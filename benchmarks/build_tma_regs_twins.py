@@ -1,0 +1,41 @@
+"""Add to a cache the two-CTA twin (``max_regs = TMA_TWO_CTA_REGS``) of every 4-warp wgrad_tma
+kernel it holds, so ``gpu_tma_regs_ab.py`` can time each launch beside its twin (CPU; run after
+``skwgrad compile-all --corpus``).
+
+    python benchmarks/build_tma_regs_twins.py --cache C
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+
+def twins(cache, arch):
+    from skwgrad.abi.spec import TMA_TWO_CTA_REGS
+
+    out = set()
+    for e in cache.find(arch, family="wgrad_tma"):
+        s = e.spec
+        # 4 MMA warps + the producer: 256 threads; the 64x256 4-tap tile needs 154+ registers
+        if s is not None and not s.max_regs and s.num_warps == 4 and s.bm * s.bn <= 64 * 128:
+            out.add(dataclasses.replace(s, max_regs=TMA_TWO_CTA_REGS))
+    return sorted(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--arch", default="sm_90")
+    a = ap.parse_args()
+    from skwgrad.aot.build import build
+    from skwgrad.aot.sweep import SweepItem
+    from skwgrad.cache.store import Cache
+
+    want = twins(Cache(a.cache), a.arch)
+    summary = build([SweepItem(a.arch, s) for s in want], Cache(a.cache), progress=False, retry_failed=True)
+    print(f"{len(want)} two-CTA twins: {len(summary.built)} built, {len(summary.failed)} failed")
+
+
+if __name__ == "__main__":  # the build's worker processes re-import this file
+    main()

@@ -1,0 +1,128 @@
+"""wgrad_tma launches at one CTA an SM against their two-CTA twins (``max_regs``), in one pass.
+
+    python benchmarks/gpu_tma_regs_ab.py --cache CACHE --corpus SHAPES.csv --out ab.json
+
+Per 16-bit 2-D row (the timing and verification of ``gpu_fused_ab.run_row``: every launch verified
+three times against float64 with dW and the workspace poisoned, medians of event-timed launches in
+interleaved rounds, cuDNN beside): ``auto``; the model's best-ranked launches of the 4-warp TMA
+kernels that have a twin in the cache (``o1_<n>``), each twin at the same split degree or pool
+(``o2_<n>``) and, for a split launch, at twice the degree (``o2x2_<n>``: the twin fits twice the
+CTAs an SM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def entrants(p, cache, arch, cus, occ, top):
+    from skwgrad.abi.conv import ConvProblem  # noqa: F401
+    from skwgrad.abi.launch import spec_geometry
+    from skwgrad.abi.spec import TMA_TWO_CTA_REGS
+    from skwgrad.launcher.select import Choice, all_choices, choose
+    from skwgrad.launcher.plan import Kernel
+
+    auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
+    out = {"auto": auto}
+    twin_of = {}
+    for e in cache.find(arch, family="wgrad_tma"):
+        if e.spec is not None and e.spec.max_regs == TMA_TWO_CTA_REGS:
+            twin_of[dataclasses.replace(e.spec, max_regs=0)] = e
+    n = 0
+    for c in all_choices(p, cache, arch=arch, cus=cus, occupancy=occ):
+        if n >= top:
+            break
+        s = c.spec
+        if s.family != "wgrad_tma" or s.max_regs or s not in twin_of:
+            continue
+        tw = Kernel.from_entry(twin_of[s], cache)
+        out[f"o1_{n}"] = c
+        out[f"o2_{n}"] = Choice(tw, pool=c.pool, ks_count=c.ks_count, stage2=c.stage2, reason="two-CTA twin")
+        if s.variant != "direct":
+            steps = spec_geometry(p, s, pool=c.pool, ks_count=c.ks_count).tiling.iters_per_tile
+            if 2 * c.ks_count <= steps:
+                out[f"o2x2_{n}"] = Choice(tw, pool=2 * c.pool if c.pool else 0, ks_count=2 * c.ks_count, stage2=c.stage2,
+                                          reason="two-CTA twin, twice the CTAs")  # fmt: skip
+        n += 1
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--corpus", action="append", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="")
+    ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=200.0)
+    a = ap.parse_args()
+
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    from compare_auto_tuned import geo, timing_device
+    from gpu_fused_ab import run_row
+
+    from skwgrad.abi.conv import from_row
+    from skwgrad.cache.store import Cache
+
+    backend, occ, hold = timing_device()
+    cache = Cache(a.cache)
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": a.commit, "device": backend.device_name, "cus": backend.compute_units,
+           "cudnn": torch.backends.cudnn.version(), "script": "benchmarks/gpu_tma_regs_ab.py", "rows": []}  # fmt: skip
+    t0 = time.time()
+    for path in a.corpus:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                p = from_row(row)
+                if p.dtype == "fp32" or p.spatial_dims != 2 or (p.c, p.k) == (1, 1) or time.time() - t0 > a.budget_s:
+                    continue
+                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top)
+                if len(ent) == 1:
+                    continue
+                r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
+                            end_to_end_too=False)  # fmt: skip
+                r["set"] = Path(path).stem
+                doc["rows"].append(r)
+                t = {k: v.get("us") for k, v in r["rows"].items()}
+                print(f"{row['name'][:40]:40s} cudnn {r.get('cudnn_us') or 0:6.1f} " + " ".join(f"{k} {v or 0:5.1f}" for k, v in t.items())
+                      + f" ok={r['all_ok']}", flush=True)  # fmt: skip
+                Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    same, double, best = [], [], []
+    for r in doc["rows"]:
+        t = {k: v.get("us") for k, v in r["rows"].items() if v.get("us")}
+        for k in [k for k in t if k.startswith("o1_")]:
+            i = k[3:]
+            if f"o2_{i}" in t:
+                same.append(t[k] / t[f"o2_{i}"])
+            if f"o2x2_{i}" in t:
+                double.append(t[k] / t[f"o2x2_{i}"])
+        o1 = [v for k, v in t.items() if k.startswith("o1_")]
+        o2 = [v for k, v in t.items() if k.startswith("o2")]
+        if o1 and o2:
+            best.append(min(o1) / min(o2))
+    doc["summary"] = {
+        "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),
+        "o1_over_o2_same_launch": geo(same), "same_launch_pairs": len(same), "o2_faster_same": sum(x > 1 for x in same),
+        "o1_over_o2_twice_ctas": geo(double), "twice_pairs": len(double), "o2_faster_twice": sum(x > 1 for x in double),
+        "best_o1_over_best_o2": geo(best), "rows_o2_best_faster": sum(x > 1 for x in best),
+    }  # fmt: skip
+    Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    print("summary", json.dumps(doc["summary"]))
+
+
+if __name__ == "__main__":
+    main()
