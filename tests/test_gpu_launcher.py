@@ -84,9 +84,9 @@ def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
     return out
 
 
-def _tma(variant, dw, *, bn=64, taps=1, mode=""):
+def _tma(variant, dw, *, bn=64, taps=1, mode="", regs=0):
     return KernelSpec("wgrad_tma", variant, "bf16", dw, vec_c=8, vec_k=8, bm=64, bn=bn, bk=64, block=taps, num_warps=4,
-                      num_stages=3, mode=mode)  # fmt: skip
+                      num_stages=3, mode=mode, max_regs=regs)  # fmt: skip
 
 
 # (kernel, settings it is launched at): every epilogue, the persistent and stream-K walks, 2 taps per tile
@@ -97,6 +97,9 @@ TMA_KINDS = [
     (_tma("direct", "bf16", bn=128, taps=2), [{}]),
     (_tma("workspace", "fp32", mode="persistent"), [{"pool": 5, "ks_count": 1}, {"pool": 7, "ks_count": 3}]),
     (_tma("atomic", "fp32", mode="streamk"), [{"pool": 5}, {"pool": 11}]),
+    # two CTAs an SM (max_regs): the MMA warps grow through setmaxnreg out of the producer's share
+    (_tma("atomic", "fp32", regs=128), [{"ks_count": 3}]),
+    (_tma("workspace", "bf16", bn=128, taps=2, mode="persistent", regs=128), [{"pool": 9, "ks_count": 2}]),
 ]
 
 

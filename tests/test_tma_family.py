@@ -31,10 +31,10 @@ from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402
 from skwgrad.reference import relative_error  # noqa: E402
 
 
-def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3, mode=""):
+def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3, mode="", regs=0):
     dw = dw or ("fp32" if variant == "atomic" else dtype)
     return KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, num_warps=warps,
-                      num_stages=stages, block=taps, mode=mode)  # fmt: skip
+                      num_stages=stages, block=taps, mode=mode, max_regs=regs)  # fmt: skip
 
 
 # -- kernarg layout ---------------------------------------------------------------------------
@@ -88,6 +88,7 @@ def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
         (dict(warps=2), "num_warps is 4 or 8"),
         (dict(variant="direct", mode="streamk"), "never direct"),
         (dict(bm=32), "power of two in \\[64, 256\\]"),
+        (dict(regs=96), "max_regs is 0, or 128"),
     ],
 )
 def test_spec_rules(kw, match):
@@ -332,6 +333,7 @@ def compiled():
     out["direct_fp32"] = compile_spec(tma_spec("direct", dw="fp32", bn=128, taps=2), "sm_90", keep_asm=True)
     out["persistent_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, mode="persistent"), "sm_90", keep_asm=True)
     out["streamk_workspace"] = compile_spec(tma_spec("workspace", bn=128, taps=2, mode="streamk"), "sm_90", keep_asm=True)
+    out["two_cta_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, stages=4, regs=128), "sm_90", keep_asm=True)
     return out
 
 
@@ -348,7 +350,7 @@ def _sass(cubin: bytes) -> str:
         return subprocess.run([str(tool), "-sass", str(f)], capture_output=True, text=True, timeout=120, check=True).stdout
 
 
-@pytest.mark.parametrize("variant", ["direct", "direct_fp32", "workspace", "persistent_atomic", "streamk_workspace"])
+@pytest.mark.parametrize("variant", ["direct", "direct_fp32", "workspace", "persistent_atomic", "streamk_workspace", "two_cta_atomic"])
 def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launcher_reads(compiled, variant):
     from skwgrad.abi.codeobject import cubin_params
 
@@ -373,6 +375,29 @@ def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launc
         assert "REDG.E.ADD.F32x2" in sass and not round_trip, "the fp32 epilogue went through shared memory"
     if variant == "streamk_workspace":
         assert ck.metadata["kernarg"]["offsets"][0] == 48
+
+
+def test_two_cta_kernels_launch_with_half_the_registers_and_fit_two_an_sm(compiled):
+    from skwgrad.abi.costmodel import offline_occupancy
+
+    one, two = compiled["persistent_atomic"].metadata, compiled["two_cta_atomic"].metadata
+    assert one["regs"] > 128 and offline_occupancy(one, "sm_90") == 1  # the compiler's choice fills the SM
+    assert two["regs"] == 128 and two["threads"] == 256 and two["stack_bytes"] == 0
+    assert offline_occupancy(two, "sm_90") == 2 and 2 * two["shared"] <= 228 * 1024
+    ptx = two["_asm"]["ptx"]
+    assert ".maxnreg 128" in ptx and "setmaxnreg.inc.sync.aligned.u32 \t232" in ptx  # the MMA warps still grow
+    assert "setmaxnreg.dec.sync.aligned.u32 \t24" in ptx  # out of the producer warp's share
+
+
+def test_the_default_runs_small_four_warp_tiles_two_an_sm():
+    from skwgrad.aot.sweep import tma_max_regs, tma_specs
+
+    specs = tma_specs("default", "sm_90", "bf16")
+    two = [s for s in specs if s.max_regs]
+    assert two and all(s.num_warps == 4 and s.bm * s.bn <= 64 * 128 for s in two)
+    assert all(s.max_regs == 0 for s in specs if s.num_warps == 8 or s.bm * s.bn > 64 * 128)
+    assert tma_max_regs(64, 64, 4) == 128 and tma_max_regs(64, 256, 4) == 0 and tma_max_regs(128, 128, 8) == 0
+    assert tma_spec(regs=128).label.endswith("_w4s3r128_workspace") and tma_spec(regs=128) != tma_spec()
 
 
 def test_compiled_metadata_passes_the_cache_checks_and_a_corrupt_one_does_not(compiled, tmp_path):

@@ -946,6 +946,20 @@ TMA_PERSISTENT = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64,
 TMA_STREAMK = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1, 4, 4), (64, 128, 64, 2, 4, 4))
 
 
+def tma_max_regs(bm: int, bn: int, warps: int) -> int:
+    """Registers a thread of a TMA kernel is launched with (``KernelSpec.max_regs``). 4-warp tiles
+    of up to 64x128 run two CTAs an SM: at one (the compiler's 255 registers x 256 threads fill
+    the SM) their loop waits on latency, about 0.26 us an iteration whatever N (runs X9, Y1). H200
+    run Y2, 36 layers (grouped and dense, two sets drawn before it), each launch against its
+    two-CTA twin at the same split: twin 1.138x faster (geomean of 108 pairs, faster on 84, the
+    slowest 0.913x), the best twin 1.147x the best one-CTA launch. The 64x256 4-tap tile does not
+    compile at 128 (ptxas asks for 154) and its 205 KB of shared memory fit one CTA anyway; 8-warp
+    tiles (384 threads) would need 85."""
+    from skwgrad.abi.spec import TMA_TWO_CTA_REGS
+
+    return TMA_TWO_CTA_REGS if warps == 4 and bm * bn <= 64 * 128 else 0
+
+
 def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
     """The TMA im2col kernels of a preset for one arch and dtype (none where the arch has no TMA
     im2col, for fp32 inputs, or with ``--tiles``, which names the Triton kernels' tiles)."""
@@ -964,7 +978,8 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
                 if preset == "smoke" and (variant, dw) not in (("workspace", dtype), ("atomic", "fp32")):
                     continue
                 out.append(KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=W, vec_k=W, bm=bm, bn=bn, bk=bk,
-                                      num_warps=warps, num_stages=stages, block=taps, mode=mode))  # fmt: skip
+                                      num_warps=warps, num_stages=stages, block=taps, mode=mode,
+                                      max_regs=tma_max_regs(bm, bn, warps)))  # fmt: skip
     return out
 
 
