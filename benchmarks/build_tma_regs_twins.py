@@ -1,5 +1,6 @@
-"""Add to a cache the two-CTA twin (``max_regs = TMA_TWO_CTA_REGS``) of every 4-warp wgrad_tma
-kernel it holds, so ``gpu_tma_regs_ab.py`` can time each launch beside its twin (CPU; run after
+"""Add to a cache the register twin of every 4-warp wgrad_tma kernel of up to 64x128 it holds (the
+two-CTA build, ``max_regs = TMA_TWO_CTA_REGS``, of a one-CTA kernel, and the one-CTA build of a
+two-CTA one), so ``gpu_tma_regs_ab.py`` can time each launch beside its twin (CPU; run after
 ``skwgrad compile-all --corpus``).
 
     python benchmarks/build_tma_regs_twins.py --cache C
@@ -18,8 +19,8 @@ def twins(cache, arch):
     for e in cache.find(arch, family="wgrad_tma"):
         s = e.spec
         # 4 MMA warps + the producer: 256 threads; the 64x256 4-tap tile needs 154+ registers
-        if s is not None and not s.max_regs and s.num_warps == 4 and s.bm * s.bn <= 64 * 128:
-            out.add(dataclasses.replace(s, max_regs=TMA_TWO_CTA_REGS))
+        if s is not None and s.num_warps == 4 and s.bm * s.bn <= 64 * 128:
+            out.add(dataclasses.replace(s, max_regs=0 if s.max_regs else TMA_TWO_CTA_REGS))
     return sorted(out)
 
 
@@ -34,7 +35,7 @@ def main():
 
     want = twins(Cache(a.cache), a.arch)
     summary = build([SweepItem(a.arch, s) for s in want], Cache(a.cache), progress=False, retry_failed=True)
-    print(f"{len(want)} two-CTA twins: {len(summary.built)} built, {len(summary.failed)} failed")
+    print(f"{len(want)} register twins: {len(summary.built)} built, {len(summary.failed)} failed")
 
 
 if __name__ == "__main__":  # the build's worker processes re-import this file

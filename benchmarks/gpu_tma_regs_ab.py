@@ -4,10 +4,11 @@
 
 Per 16-bit 2-D row (the timing and verification of ``gpu_fused_ab.run_row``: every launch verified
 three times against float64 with dW and the workspace poisoned, medians of event-timed launches in
-interleaved rounds, cuDNN beside): ``auto``; the model's best-ranked launches of the 4-warp TMA
-kernels that have a twin in the cache (``o1_<n>``), each twin at the same split degree or pool
-(``o2_<n>``) and, for a split launch, at twice the degree (``o2x2_<n>``: the twin fits twice the
-CTAs an SM).
+interleaved rounds, cuDNN beside): ``auto``; ``before``, auto with the two-CTA kernels left out
+(what it ran before they were the default's); unless ``--before-only``, the model's best-ranked
+launches of the one-CTA 4-warp TMA kernels that have a twin in the cache (``o1_<n>``), each twin at
+the same split degree or pool (``o2_<n>``) and, for a split launch, at twice the degree
+(``o2x2_<n>``: the twin fits twice the CTAs an SM).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 
-def entrants(p, cache, arch, cus, occ, top):
+def entrants(p, cache, arch, cus, occ, top, before_only=False):
     from skwgrad.abi.conv import ConvProblem  # noqa: F401
     from skwgrad.abi.launch import spec_geometry
     from skwgrad.abi.spec import TMA_TWO_CTA_REGS
@@ -35,6 +36,10 @@ def entrants(p, cache, arch, cus, occ, top):
 
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     out = {"auto": auto}
+    two_cta = frozenset(e.key for e in cache.find(arch, family="wgrad_tma") if e.spec is not None and e.spec.max_regs)
+    out["before"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=two_cta)
+    if before_only:
+        return out
     twin_of = {}
     for e in cache.find(arch, family="wgrad_tma"):
         if e.spec is not None and e.spec.max_regs == TMA_TWO_CTA_REGS:
@@ -68,6 +73,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=200.0)
+    ap.add_argument("--before-only", action="store_true", help="time auto, before and cuDNN only")
     a = ap.parse_args()
 
     import torch
@@ -90,9 +96,7 @@ def main():
                 p = from_row(row)
                 if p.dtype == "fp32" or p.spatial_dims != 2 or (p.c, p.k) == (1, 1) or time.time() - t0 > a.budget_s:
                     continue
-                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top)
-                if len(ent) == 1:
-                    continue
+                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only)
                 r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
                             end_to_end_too=False)  # fmt: skip
                 r["set"] = Path(path).stem
@@ -114,8 +118,15 @@ def main():
         o2 = [v for k, v in t.items() if k.startswith("o2")]
         if o1 and o2:
             best.append(min(o1) / min(o2))
+    timed = [r for r in doc["rows"] if r["rows"].get("before", {}).get("us") and r["rows"]["auto"].get("us")]
+    pair = [(r["rows"]["before"]["us"], r["rows"]["auto"]["us"], r.get("cudnn_us")) for r in timed]
+    grouped = [x for x, r in zip(pair, timed) if ",g=" in r["problem"]]
     doc["summary"] = {
         "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),
+        "before_over_auto": geo([b / a for b, a, _ in pair]), "auto_faster_rows": sum(a < b for b, a, _ in pair),
+        "auto_slower_5pct_rows": sum(a > 1.05 * b for b, a, _ in pair), "pairs": len(pair),
+        "auto_vs_cudnn": geo([c / a for _, a, c in pair if c]), "before_vs_cudnn": geo([c / b for b, _, c in pair if c]),
+        "auto_vs_cudnn_grouped": geo([c / a for _, a, c in grouped if c]), "before_vs_cudnn_grouped": geo([c / b for b, _, c in grouped if c]),
         "o1_over_o2_same_launch": geo(same), "same_launch_pairs": len(same), "o2_faster_same": sum(x > 1 for x in same),
         "o1_over_o2_twice_ctas": geo(double), "twice_pairs": len(double), "o2_faster_twice": sum(x > 1 for x in double),
         "best_o1_over_best_o2": geo(best), "rows_o2_best_faster": sum(x > 1 for x in best),
