@@ -27,38 +27,44 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 
-def entrants(p, cache, arch, cus, occ, top, before_only=False):
+def entrants(p, cache, arch, cus, occ, top, before_only=False, base_regs=0, twin_regs=None):
     from skwgrad.abi.conv import ConvProblem  # noqa: F401
     from skwgrad.abi.launch import spec_geometry
     from skwgrad.abi.spec import TMA_TWO_CTA_REGS
     from skwgrad.launcher.select import Choice, all_choices, choose
+
+    twin_regs = TMA_TWO_CTA_REGS if twin_regs is None else twin_regs
+    per_sm = {0: 1, 128: 2, 80: 3}
     from skwgrad.launcher.plan import Kernel
 
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     out = {"auto": auto}
     two_cta = frozenset(e.key for e in cache.find(arch, family="wgrad_tma") if e.spec is not None and e.spec.max_regs)
-    out["before"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=two_cta)
+    if base_regs == 0:
+        out["before"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=two_cta)
     if before_only:
         return out
     twin_of = {}
     for e in cache.find(arch, family="wgrad_tma"):
-        if e.spec is not None and e.spec.max_regs == TMA_TWO_CTA_REGS:
-            twin_of[dataclasses.replace(e.spec, max_regs=0)] = e
+        if e.spec is not None and e.spec.max_regs == twin_regs:
+            twin_of[dataclasses.replace(e.spec, max_regs=base_regs)] = e
     n = 0
     for c in all_choices(p, cache, arch=arch, cus=cus, occupancy=occ):
         if n >= top:
             break
         s = c.spec
-        if s.family != "wgrad_tma" or s.max_regs or s not in twin_of:
+        if s.family != "wgrad_tma" or s.max_regs != base_regs or s not in twin_of:
             continue
         tw = Kernel.from_entry(twin_of[s], cache)
         out[f"o1_{n}"] = c
         out[f"o2_{n}"] = Choice(tw, pool=c.pool, ks_count=c.ks_count, stage2=c.stage2, reason="two-CTA twin")
         if s.variant != "direct":
             steps = spec_geometry(p, s, pool=c.pool, ks_count=c.ks_count).tiling.iters_per_tile
-            if 2 * c.ks_count <= steps:
-                out[f"o2x2_{n}"] = Choice(tw, pool=2 * c.pool if c.pool else 0, ks_count=2 * c.ks_count, stage2=c.stage2,
-                                          reason="two-CTA twin, twice the CTAs")  # fmt: skip
+            more = per_sm[twin_regs] / per_sm[base_regs]  # the twin fits this many times the CTAs an SM
+            ks2 = max(c.ks_count + 1, round(more * c.ks_count))
+            if ks2 <= steps:
+                out[f"o2x2_{n}"] = Choice(tw, pool=round(more * c.pool) if c.pool else 0, ks_count=ks2, stage2=c.stage2,
+                                          reason="twin, as many more CTAs as fit")  # fmt: skip
         n += 1
     return out
 
@@ -74,6 +80,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--before-only", action="store_true", help="time auto, before and cuDNN only")
+    ap.add_argument("--base-regs", type=int, default=0, help="the o1 launches' max_regs (0: the one-CTA builds)")
+    ap.add_argument("--twin-regs", type=int, default=128, help="the o2 twins' max_regs (128: two CTAs an SM, 80: three)")
     a = ap.parse_args()
 
     import torch
@@ -96,7 +104,7 @@ def main():
                 p = from_row(row)
                 if p.dtype == "fp32" or p.spatial_dims != 2 or (p.c, p.k) == (1, 1) or time.time() - t0 > a.budget_s:
                     continue
-                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only)
+                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only, a.base_regs, a.twin_regs)
                 r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
                             end_to_end_too=False)  # fmt: skip
                 r["set"] = Path(path).stem
@@ -120,6 +128,7 @@ def main():
             best.append(min(o1) / min(o2))
     timed = [r for r in doc["rows"] if r["rows"].get("before", {}).get("us") and r["rows"]["auto"].get("us")]
     pair = [(r["rows"]["before"]["us"], r["rows"]["auto"]["us"], r.get("cudnn_us")) for r in timed]
+    doc["regs"] = {"base": a.base_regs, "twin": a.twin_regs}
     grouped = [x for x, r in zip(pair, timed) if ",g=" in r["problem"]]
     doc["summary"] = {
         "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),

@@ -88,7 +88,7 @@ def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
         (dict(warps=2), "num_warps is 4 or 8"),
         (dict(variant="direct", mode="streamk"), "never direct"),
         (dict(bm=32), "power of two in \\[64, 256\\]"),
-        (dict(regs=96), "max_regs is 0, or 128"),
+        (dict(regs=96), "max_regs is 0, or 128 or 80"),
     ],
 )
 def test_spec_rules(kw, match):

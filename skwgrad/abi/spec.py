@@ -31,6 +31,7 @@ TMA_MODES = ("", "persistent", "streamk")  # how a wgrad_tma grid covers its wor
 DWCONV_TMA_X_ROWS = 8
 TMA_FAMILIES = ("wgrad_tma", "dwconv_tma")  # Gluon kernels that read dy and x through tensor maps (sm_90)
 TMA_TWO_CTA_REGS = 128  # 256 threads x 128 registers: half an SM's register file
+TMA_THREE_CTA_REGS = 80  # 256 threads x 80: a third (the MMA warps grow to 136 through setmaxnreg)
 
 
 @dataclass(frozen=True, order=True)
@@ -63,8 +64,8 @@ class KernelSpec:
     def validate(self):
         bad = lambda msg: AbiError(f"invalid kernel spec ({self.label_unchecked()}): {msg}")  # noqa: E731
         declaration(self.family, self.variant)  # family/variant known
-        if self.max_regs and (self.family != "wgrad_tma" or self.max_regs != TMA_TWO_CTA_REGS):
-            raise bad(f"max_regs is 0, or {TMA_TWO_CTA_REGS} on a wgrad_tma kernel (two CTAs an SM)")
+        if self.max_regs and (self.family != "wgrad_tma" or self.max_regs not in (TMA_TWO_CTA_REGS, TMA_THREE_CTA_REGS)):
+            raise bad(f"max_regs is 0, or {TMA_TWO_CTA_REGS} or {TMA_THREE_CTA_REGS} on a wgrad_tma kernel (two or three CTAs an SM)")
         if self.dtype not in DTYPES or self.dw_dtype not in DTYPES:
             raise bad(f"dtypes must be among {', '.join(DTYPES)}")
         if self.family in HELPER_FAMILIES:
