@@ -4,7 +4,8 @@
 # shipped two-CTA build (max_regs 128). gpu_tma_regs_ab.py --base-regs 128 --twin-regs 80: the
 # model's top 3 launches of two-CTA 64x64 kernels, each twin at the same split and at 1.5x the CTAs.
 # Rows: random_g_2026120498, random_g_2026120497, random_2026120496, the corpus.
-# Build (CPU): Y4's cache, then python benchmarks/build_tma_regs_twins.py --cache .device/y5cache --three;
+# Build (CPU): skwgrad compile-all --preset default --arch sm_90 --corpus <each csv> --cache .device/y5cache (spec.py
+#   changed, so Y4's cache is stale); python benchmarks/build_tma_regs_twins.py --cache .device/y5cache --three;
 #   skwgrad cache export --cache .device/y5cache .device/y5.tar.xz. Carried: .whl, .device/y5.tar.xz.
 set -uo pipefail
 source benchmarks/device_setup.sh .device/y5.tar.xz
