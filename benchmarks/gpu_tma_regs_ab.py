@@ -27,10 +27,11 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 
-def entrants(p, cache, arch, cus, occ, top, before_only=False, base_regs=0, twin_regs=None):
+def entrants(p, cache, arch, cus, occ, top, before_only=False, base_regs=0, twin_regs=None, exclude_regs=None):
     from skwgrad.abi.conv import ConvProblem  # noqa: F401
     from skwgrad.abi.launch import spec_geometry
     from skwgrad.abi.spec import TMA_TWO_CTA_REGS
+    from skwgrad.errors import ProblemError
     from skwgrad.launcher.select import Choice, all_choices, choose
 
     twin_regs = TMA_TWO_CTA_REGS if twin_regs is None else twin_regs
@@ -39,9 +40,11 @@ def entrants(p, cache, arch, cus, occ, top, before_only=False, base_regs=0, twin
 
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     out = {"auto": auto}
-    two_cta = frozenset(e.key for e in cache.find(arch, family="wgrad_tma") if e.spec is not None and e.spec.max_regs)
-    if base_regs == 0:
-        out["before"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=two_cta)
+    # before: auto without the kernels of max_regs ``exclude_regs`` (default: every several-CTA build)
+    left_out = frozenset(e.key for e in cache.find(arch, family="wgrad_tma") if e.spec is not None and e.spec.max_regs
+                         and (exclude_regs is None or e.spec.max_regs == exclude_regs))  # fmt: skip
+    if base_regs == 0 or exclude_regs is not None:
+        out["before"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=left_out)
     if before_only:
         return out
     twin_of = {}
@@ -59,7 +62,10 @@ def entrants(p, cache, arch, cus, occ, top, before_only=False, base_regs=0, twin
         out[f"o1_{n}"] = c
         out[f"o2_{n}"] = Choice(tw, pool=c.pool, ks_count=c.ks_count, stage2=c.stage2, reason="two-CTA twin")
         if s.variant != "direct":
-            steps = spec_geometry(p, s, pool=c.pool, ks_count=c.ks_count).tiling.iters_per_tile
+            try:
+                steps = spec_geometry(p, s, pool=c.pool, ks_count=c.ks_count).tiling.iters_per_tile
+            except ProblemError:  # a channel-padded launch: its geometry is the padded problem's
+                steps = 0
             more = per_sm[twin_regs] / per_sm[base_regs]  # the twin fits this many times the CTAs an SM
             ks2 = max(c.ks_count + 1, round(more * c.ks_count))
             if ks2 <= steps:
@@ -82,6 +88,7 @@ def main():
     ap.add_argument("--before-only", action="store_true", help="time auto, before and cuDNN only")
     ap.add_argument("--base-regs", type=int, default=0, help="the o1 launches' max_regs (0: the one-CTA builds)")
     ap.add_argument("--twin-regs", type=int, default=128, help="the o2 twins' max_regs (128: two CTAs an SM, 80: three)")
+    ap.add_argument("--exclude-regs", type=int, default=None, help="before leaves out only the kernels of this max_regs")
     a = ap.parse_args()
 
     import torch
@@ -104,7 +111,8 @@ def main():
                 p = from_row(row)
                 if p.dtype == "fp32" or p.spatial_dims != 2 or (p.c, p.k) == (1, 1) or time.time() - t0 > a.budget_s:
                     continue
-                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only, a.base_regs, a.twin_regs)
+                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only, a.base_regs, a.twin_regs,
+                               a.exclude_regs)
                 r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
                             end_to_end_too=False)  # fmt: skip
                 r["set"] = Path(path).stem
@@ -128,7 +136,7 @@ def main():
             best.append(min(o1) / min(o2))
     timed = [r for r in doc["rows"] if r["rows"].get("before", {}).get("us") and r["rows"]["auto"].get("us")]
     pair = [(r["rows"]["before"]["us"], r["rows"]["auto"]["us"], r.get("cudnn_us")) for r in timed]
-    doc["regs"] = {"base": a.base_regs, "twin": a.twin_regs}
+    doc["regs"] = {"base": a.base_regs, "twin": a.twin_regs, "before_leaves_out": a.exclude_regs}
     grouped = [x for x, r in zip(pair, timed) if ",g=" in r["problem"]]
     doc["summary"] = {
         "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),

@@ -947,17 +947,24 @@ TMA_STREAMK = ((128, 128, 64, 1, 8, 4), (64, 128, 64, 1, 4, 4), (128, 64, 64, 1,
 
 
 def tma_max_regs(bm: int, bn: int, warps: int) -> int:
-    """Registers a thread of a TMA kernel is launched with (``KernelSpec.max_regs``). 4-warp tiles
-    of up to 64x128 run two CTAs an SM: at one (the compiler's 255 registers x 256 threads fill
-    the SM) their loop waits on latency, about 0.26 us an iteration whatever N (runs X9, Y1). H200
-    run Y2, 36 layers (grouped and dense, two sets drawn before it), each launch against its
-    two-CTA twin at the same split: twin 1.138x faster (geomean of 108 pairs, faster on 84, the
-    slowest 0.913x), the best twin 1.147x the best one-CTA launch. The 64x256 4-tap tile does not
-    compile at 128 (ptxas asks for 154) and its 205 KB of shared memory fit one CTA anyway; 8-warp
-    tiles (384 threads) would need 85."""
-    from skwgrad.abi.spec import TMA_TWO_CTA_REGS
+    """Registers a thread of a TMA kernel is launched with (``KernelSpec.max_regs``): 4-warp tiles
+    run several CTAs an SM. At one (the compiler's 255 registers x 256 threads fill the SM) their
+    loop waits on latency, about 0.26 us an iteration whatever N (runs X9, Y1).
+    - Two CTAs (128 registers) for tiles up to 64x128. H200 run Y2, 36 layers (grouped and dense,
+      two sets drawn before it), each launch against its one-CTA build at the same split: 1.138x
+      faster (geomean of 108 pairs, faster on 84, the slowest 0.913x). Y4 (69 layers): auto 1.047x
+      the previous default, grouped layers 1.065x cuDNN against 0.984x.
+    - Three CTAs (80 registers; 3 x 66 KB of shared memory) for 64x64. Run Y5, 26 layers, against
+      the two-CTA build: 1.084x at the same split (78 pairs, faster on 49, 0.882-1.504x; the
+      losses are launches of 1-4 splits), the best three-CTA launch 1.159x the best two-CTA one
+      (faster on 22 of 26). 64x128 does not compile at 80.
+    The 64x256 4-tap tile does not compile at 128 (ptxas asks for 154) and its 205 KB of shared
+    memory fit one CTA anyway; 8-warp tiles (384 threads) would need 85 (ptxas refuses 80-88)."""
+    from skwgrad.abi.spec import TMA_THREE_CTA_REGS, TMA_TWO_CTA_REGS
 
-    return TMA_TWO_CTA_REGS if warps == 4 and bm * bn <= 64 * 128 else 0
+    if warps != 4 or bm * bn > 64 * 128:
+        return 0
+    return TMA_THREE_CTA_REGS if (bm, bn) == (64, 64) else TMA_TWO_CTA_REGS
 
 
 def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
