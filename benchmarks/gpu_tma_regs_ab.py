@@ -89,6 +89,7 @@ def main():
     ap.add_argument("--base-regs", type=int, default=0, help="the o1 launches' max_regs (0: the one-CTA builds)")
     ap.add_argument("--twin-regs", type=int, default=128, help="the o2 twins' max_regs (128: two CTAs an SM, 80: three)")
     ap.add_argument("--exclude-regs", type=int, default=None, help="before leaves out only the kernels of this max_regs")
+    ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
     a = ap.parse_args()
 
     import torch
@@ -114,7 +115,7 @@ def main():
                 ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only, a.base_regs, a.twin_regs,
                                a.exclude_regs)
                 r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
-                            end_to_end_too=False)  # fmt: skip
+                            end_to_end_too=a.end_to_end)  # fmt: skip
                 r["set"] = Path(path).stem
                 doc["rows"].append(r)
                 t = {k: v.get("us") for k, v in r["rows"].items()}
@@ -138,8 +139,11 @@ def main():
     pair = [(r["rows"]["before"]["us"], r["rows"]["auto"]["us"], r.get("cudnn_us")) for r in timed]
     doc["regs"] = {"base": a.base_regs, "twin": a.twin_regs, "before_leaves_out": a.exclude_regs}
     grouped = [x for x, r in zip(pair, timed) if ",g=" in r["problem"]]
+    host = [r["host"] for r in doc["rows"] if r.get("host")]
     doc["summary"] = {
         "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),
+        "api_vs_torch_wall": geo([h["torch_wall_us"] / h["api_wall_us"] for h in host]) if host else None,
+        "op_vs_torch_wall": geo([h["torch_wall_us"] / h["op_wall_us"] for h in host if h.get("op_wall_us")]) if host else None,
         "before_over_auto": geo([b / a for b, a, _ in pair]), "auto_faster_rows": sum(a < b for b, a, _ in pair),
         "auto_slower_5pct_rows": sum(a > 1.05 * b for b, a, _ in pair), "pairs": len(pair),
         "auto_vs_cudnn": geo([c / a for _, a, c in pair if c]), "before_vs_cudnn": geo([c / b for b, _, c in pair if c]),

@@ -97,9 +97,10 @@ TMA_KINDS = [
     (_tma("direct", "bf16", bn=128, taps=2), [{}]),
     (_tma("workspace", "fp32", mode="persistent"), [{"pool": 5, "ks_count": 1}, {"pool": 7, "ks_count": 3}]),
     (_tma("atomic", "fp32", mode="streamk"), [{"pool": 5}, {"pool": 11}]),
-    # two CTAs an SM (max_regs): the MMA warps grow through setmaxnreg out of the producer's share
+    # two or three CTAs an SM (max_regs): the MMA warps grow through setmaxnreg out of the producer's share
     (_tma("atomic", "fp32", regs=128), [{"ks_count": 3}]),
     (_tma("workspace", "bf16", bn=128, taps=2, mode="persistent", regs=128), [{"pool": 9, "ks_count": 2}]),
+    (_tma("workspace", "bf16", regs=80), [{"ks_count": 1}, {"ks_count": 4}]),  # three CTAs an SM
 ]
 
 
