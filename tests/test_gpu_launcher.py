@@ -100,7 +100,7 @@ TMA_KINDS = [
     # two or three CTAs an SM (max_regs): the MMA warps grow through setmaxnreg out of the producer's share
     (_tma("atomic", "fp32", regs=128), [{"ks_count": 3}]),
     (_tma("workspace", "bf16", bn=128, taps=2, mode="persistent", regs=128), [{"pool": 9, "ks_count": 2}]),
-    (_tma("workspace", "bf16", regs=80), [{"ks_count": 1}, {"ks_count": 4}]),  # three CTAs an SM
+    (_tma("workspace", "bf16", regs=80), [{"ks_count": 1}, {"ks_count": 2}]),  # three CTAs an SM
 ]
 
 
