@@ -53,8 +53,9 @@ class KernelSpec:
     precision: str = ""  # fp32 input only: ieee | tf32
     block: int = 0  # stage2 / pad: elements per CTA; grouped: groups per tile; wgrad_tma: filter taps per tile
     # wgrad_tma only: the registers a thread is launched with (0: the compiler's choice, which for a
-    # warp-specialized kernel fills the SM, so one CTA fits); TMA_TWO_CTA_REGS lets two CTAs share an
-    # SM (the MMA warps still grow to 232 through setmaxnreg, taken from the producer warp's share).
+    # warp-specialized kernel fills the SM, so one CTA fits); TMA_TWO_CTA_REGS / TMA_THREE_CTA_REGS
+    # let two / three CTAs share an SM (the MMA warps still grow to 232 / 136 through setmaxnreg,
+    # taken from the producer warp's share). The sweep's rule: skwgrad.aot.sweep.tma_max_regs.
     max_regs: int = 0
 
     def __post_init__(self):
