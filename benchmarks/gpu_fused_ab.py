@@ -136,6 +136,44 @@ def summarize(rows):
     return s
 
 
+def ab_rows(a, script: str, keep, entrants_of, *, end_to_end: bool) -> dict:
+    """The A/B scripts' shared pass (gpu_dwconv_tma_ab, gpu_tma_regs_ab): every row of ``a.corpus``
+    that ``keep(problem)`` admits, within ``a.budget_s``, timed with ``run_row`` on the entrants
+    ``entrants_of(problem, cache, arch, cus, occupancy)``; one line printed per row and the record
+    written to ``a.out`` after each. Returns the record (``rows``), the caller adds its summary."""
+    import csv
+
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    from compare_auto_tuned import timing_device
+
+    from skwgrad.abi.conv import from_row
+    from skwgrad.cache.store import Cache
+
+    backend, occ, hold = timing_device()
+    cache = Cache(a.cache)
+    doc = {"date": time.strftime("%Y-%m-%d"), "commit": a.commit, "device": backend.device_name, "cus": backend.compute_units,
+           "cudnn": torch.backends.cudnn.version(), "script": script, "rows": []}  # fmt: skip
+    t0 = time.time()
+    for path in a.corpus:
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                p = from_row(row)
+                if not keep(p) or time.time() - t0 > a.budget_s:
+                    continue
+                ent = entrants_of(p, cache, backend.arch, backend.compute_units, occ)
+                r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
+                            end_to_end_too=end_to_end)  # fmt: skip
+                r["set"] = Path(path).stem
+                doc["rows"].append(r)
+                t = {k: v.get("us") for k, v in r["rows"].items()}
+                print(f"{row['name'][:40]:40s} cudnn {r.get('cudnn_us') or 0:6.1f} " + " ".join(f"{k} {v or 0:5.1f}" for k, v in t.items())
+                      + f" {r['rows']['auto'].get('kernel', '')[:34]} ok={r['all_ok']}", flush=True)  # fmt: skip
+                Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    return doc
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", required=True)

@@ -14,11 +14,9 @@ the same split degree or pool (``o2_<n>``) and, for a split launch, at twice the
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,36 +90,14 @@ def main():
     ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
     a = ap.parse_args()
 
-    import torch
+    from compare_auto_tuned import geo
+    from gpu_fused_ab import ab_rows
 
-    torch.backends.cudnn.benchmark = True
-    from compare_auto_tuned import geo, timing_device
-    from gpu_fused_ab import run_row
-
-    from skwgrad.abi.conv import from_row
-    from skwgrad.cache.store import Cache
-
-    backend, occ, hold = timing_device()
-    cache = Cache(a.cache)
-    doc = {"date": time.strftime("%Y-%m-%d"), "commit": a.commit, "device": backend.device_name, "cus": backend.compute_units,
-           "cudnn": torch.backends.cudnn.version(), "script": "benchmarks/gpu_tma_regs_ab.py", "rows": []}  # fmt: skip
-    t0 = time.time()
-    for path in a.corpus:
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                p = from_row(row)
-                if p.dtype == "fp32" or p.spatial_dims != 2 or (p.c, p.k) == (1, 1) or time.time() - t0 > a.budget_s:
-                    continue
-                ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.top, a.before_only, a.base_regs, a.twin_regs,
-                               a.exclude_regs)
-                r = run_row(p, row["name"], backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent,
-                            end_to_end_too=a.end_to_end)  # fmt: skip
-                r["set"] = Path(path).stem
-                doc["rows"].append(r)
-                t = {k: v.get("us") for k, v in r["rows"].items()}
-                print(f"{row['name'][:40]:40s} cudnn {r.get('cudnn_us') or 0:6.1f} " + " ".join(f"{k} {v or 0:5.1f}" for k, v in t.items())
-                      + f" ok={r['all_ok']}", flush=True)  # fmt: skip
-                Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
+    keep = lambda p: p.dtype != "fp32" and p.spatial_dims == 2 and (p.c, p.k) != (1, 1)  # noqa: E731
+    doc = ab_rows(a, "benchmarks/gpu_tma_regs_ab.py", keep,
+                  lambda p, cache, arch, cus, occ: entrants(p, cache, arch, cus, occ, a.top, a.before_only, a.base_regs,
+                                                            a.twin_regs, a.exclude_regs),
+                  end_to_end=a.end_to_end)  # fmt: skip
     same, double, best = [], [], []
     for r in doc["rows"]:
         t = {k: v.get("us") for k, v in r["rows"].items() if v.get("us")}
