@@ -137,3 +137,25 @@ def test_compare_auto_tuned_times_autos_launch_in_the_tuning_run():
         assert s["in_run_compared"] == s["rows"] == len(rows) > 0
         assert all(r["auto_in_run_over_tuned"] >= 1.0 for r in rows)
         assert s["auto_in_run_within_5pct_of_tuned"] <= s["in_run_compared"]
+
+
+def test_tma_regs_ab_times_twins_and_before_and_writes_its_summary(tmp_path, monkeypatch, fake_device, fake_cache):
+    import dataclasses
+
+    import gpu_tma_regs_ab
+
+    # the one-CTA builds of the default's several-CTA kernels: what `before` and the o1 launches run (added to
+    # the module's cache: this test is the file's last)
+    for e in list(fake_cache.find("sm_90", family="wgrad_tma")):
+        if e.spec.max_regs:
+            fake_cache.add(dataclasses.replace(e.spec, max_regs=0), "sm_90")
+    rows = [dict(name="g16", n=4, in_channels=256, out_channels=256, groups=16, h=14, w=14, y=3, x=3, stride=1, padding=1),
+            dict(name="dense", n=8, in_channels=64, out_channels=128, groups=1, h=28, w=28, y=3, x=3, stride=1, padding=1)]  # fmt: skip
+    out = tmp_path / "ab.json"
+    _run(monkeypatch, gpu_tma_regs_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", rows), "--out", str(out),
+                                        "--rounds", "1", "--iters", "1", "--top", "1"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert s["all_ok"] and s["rows"] == 2 and s["pairs"] == 2
+    assert all({"auto", "before"} <= set(r["rows"]) for r in doc["rows"])
+    assert s["same_launch_pairs"] >= 1  # a one-CTA launch timed beside its several-CTA twin
