@@ -8,6 +8,7 @@ with a few odd ones, resolution falling as channels grow, 1x1 / 3x3 and a few 5x
 stride 2 now and then, batch 1-64, and the dtypes a user trains in (bf16 and fp16 under autocast
 with fp32 weights, bf16 weights, fp32 with TF32). Held-out evidence for selection: a fit that never
 saw these shapes is judged on them. The seed is written in the file name so a set can be redrawn.
+``--kind 3d``: 3-D layers of video and volumetric networks (``draw_3d``).
 ``--kind depthwise``: depthwise and grouped layers (``--kind grouped``: grouped only) the way mobile / modern CNNs have them
 (MobileNet / EfficientNet / ConvNeXt / ResNeXt / RegNet stages): 3x3 to 7x7 depthwise at stride 1
 or 2, a few dilated, and grouped 3x3 with 4-64 channels per group.
@@ -66,12 +67,34 @@ def draw_depthwise(rng: random.Random, share_depthwise: float = 0.7) -> dict:
                 padding=dil * (f // 2), dilation=dil, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
 
 
+def draw_3d(rng: random.Random) -> dict:
+    """A 3-D layer the way video and volumetric networks have them (C3D / I3D / R(2+1)D / SlowFast /
+    X3D, 3-D U-Nets): 3x3x3 mostly, spatial 1x3x3, temporal 3x1x1 and 1x1x1 ones, 4-32 frames (or
+    a cube of a volume), spatial stride 2 now and then (all three dims on volumes)."""
+    level = rng.randrange(4)
+    base = (32, 64, 128, 256)[level]
+    c = int(base * rng.choice((0.5, 1, 1, 1.5, 2)))
+    k = int(base * rng.choice((0.5, 1, 1, 2)))
+    if rng.random() < 0.1:
+        c, k = c + rng.choice((-8, 8, 16)), k + rng.choice((-8, 8))
+    volume = rng.random() < 0.3
+    h = (64, 32, 16, 8)[level] if volume else (112, 56, 28, 14)[level]
+    d = h if volume else rng.choice((4, 8, 8, 16, 32))
+    z, f = rng.choices(((3, 3), (1, 3), (3, 1), (1, 1)), weights=(6, 2, 2, 1))[0]
+    s = 2 if rng.random() < 0.2 else 1
+    stride = f"{s if volume and z > 1 else 1}x{s}x{s}"
+    n = rng.choice((1, 2, 4, 8, 16)) if volume else rng.choice((4, 8, 8, 16, 32))
+    dtype, dw, prec, _ = rng.choices(DTYPES, weights=[d_[3] for d_ in DTYPES])[0]
+    return dict(n=n, in_channels=max(c, 1), out_channels=max(k, 1), groups=1, d=d, h=h, w=h, z=z, y=f, x=f, stride=stride,
+                padding=f"{z // 2}x{f // 2}x{f // 2}", dilation=1, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--kind", choices=("dense", "depthwise", "grouped"), default="dense")
+    ap.add_argument("--kind", choices=("dense", "depthwise", "grouped", "3d"), default="dense")
     ap.add_argument("--max-gflop", type=float, default=200.0, help="redraw layers above this (keeps a run short)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -80,17 +103,23 @@ def main():
     rng = random.Random(args.seed)
     rows, seen = [], set()
     while len(rows) < args.n:
-        r = draw(rng) if args.kind == "dense" else draw_depthwise(rng, 0.7 if args.kind == "depthwise" else 0.0)
-        flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] // r["groups"] * r["y"] * r["x"] * (r["h"] // r["stride"]) ** 2
+        if args.kind == "3d":
+            r = draw_3d(rng)
+        else:
+            r = draw(rng) if args.kind == "dense" else draw_depthwise(rng, 0.7 if args.kind == "depthwise" else 0.0)
+        sd, sh, _ = (int(v) for v in str(r["stride"]).split("x")) if "x" in str(r["stride"]) else (1, r["stride"], r["stride"])
+        flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] // r["groups"] * r["z"] * r["y"] * r["x"] * (r["h"] // sh) ** 2 * (r["d"] // sd)
         key = tuple(r.values())
         if flop / 1e9 > args.max_gflop or key in seen:
             continue
         seen.add(key)
         kind = "" if r["groups"] == 1 else ("dw_" if r["groups"] == r["in_channels"] else f"g{r['groups']}_")
         dil = f"d{r['dilation']}" if r["dilation"] > 1 else ""
-        name = (f"rand{kind}{len(rows):02d}_{r['y']}x{r['x']}s{r['stride']}{dil}_{r['in_channels']}to{r['out_channels']}_{r['h']}"
+        filt = f"{r['z']}x{r['y']}x{r['x']}" if args.kind == "3d" else f"{r['y']}x{r['x']}"
+        size = f"{r['d']}x{r['h']}" if args.kind == "3d" else f"{r['h']}"
+        name = (f"rand{kind}{len(rows):02d}_{filt}s{str(r['stride']).split('x')[-1]}{dil}_{r['in_channels']}to{r['out_channels']}_{size}"
                 f"_n{r['n']}_{r['dtype']}{'_dwfp32' if r['dw_dtype'] == 'fp32' and r['dtype'] != 'fp32' else ''}")
-        rows.append({"name": name, **r, "regime": "random" if args.kind == "dense" else "random_depthwise"})
+        rows.append({"name": name, **r, "regime": {"dense": "random", "3d": "random_3d"}.get(args.kind, "random_depthwise")})
     out = Path(args.out)
     with out.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=HEADER)
