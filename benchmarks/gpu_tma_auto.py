@@ -116,16 +116,19 @@ def end_to_end(p, *, iters):
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
     dwt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[p.dw_dtype]
-    cl = torch.channels_last
+    dims = range(3 - p.spatial_dims, 3)  # 2-D: (h, w); 3-D: (d, h, w)
+    cl = torch.channels_last if p.spatial_dims == 2 else torch.channels_last_3d
+    sp = lambda vals: [vals[i] for i in dims]  # noqa: E731
     # c and k are per group: the tensors hold g groups of them (run V1 and V3 left g out, so their
     # grouped rows timed another, ungrouped problem end to end)
-    pairs = [(torch.randn(p.n, p.g * p.c, p.hi, p.wi, device="cuda", dtype=dt).contiguous(memory_format=cl),
-              torch.randn(p.n, p.g * p.k, p.ho, p.wo, device="cuda", dtype=dt).contiguous(memory_format=cl)) for _ in range(2)]  # fmt: skip
+    pairs = [(torch.randn(p.n, p.g * p.c, *sp((p.di, p.hi, p.wi)), device="cuda", dtype=dt).contiguous(memory_format=cl),
+              torch.randn(p.n, p.g * p.k, *sp((p.do, p.ho, p.wo)), device="cuda", dtype=dt).contiguous(memory_format=cl))
+             for _ in range(2)]  # fmt: skip
     x, dy = pairs[0]
-    w = torch.empty(p.g * p.k, p.c, p.y, p.x, device="cuda", dtype=dt).contiguous(memory_format=cl)
-    args = ([p.stride[1], p.stride[2]], [p.pad_lo[1], p.pad_lo[2]], [p.dilation[1], p.dilation[2]])
-    kw = dict(filter_size=(p.y, p.x), stride=tuple(args[0]), padding=tuple(args[1]), dilation=tuple(args[2]), dw_dtype=p.dw_dtype,
-              groups=p.g)  # fmt: skip
+    w = torch.empty(p.g * p.k, p.c, *sp((p.z, p.y, p.x)), device="cuda", dtype=dt).contiguous(memory_format=cl)
+    args = (sp(p.stride), sp(p.pad_lo), sp(p.dilation))
+    kw = dict(filter_size=tuple(sp((p.z, p.y, p.x))), stride=tuple(args[0]), padding=tuple(args[1]), dilation=tuple(args[2]),
+              dw_dtype=p.dw_dtype, groups=p.g)  # fmt: skip
     i = [0]
 
     def api():
@@ -140,7 +143,7 @@ def end_to_end(p, *, iters):
         return st.conv_weight_grad(x, dy, list(w.shape), *args, p.g, dwt, "bench")
 
     def theirs():
-        return torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0, 0], p.g, [False, True, False])[1]
+        return torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0] * p.spatial_dims, p.g, [False, True, False])[1]
 
     out = {}
     for name, fn in (("api", api), ("api_alternating", api_alternating), ("op", op), ("torch", theirs)):

@@ -139,6 +139,27 @@ def test_compare_auto_tuned_times_autos_launch_in_the_tuning_run():
         assert s["auto_in_run_within_5pct_of_tuned"] <= s["in_run_compared"]
 
 
+def test_tma_3d_ab_times_auto_before_and_both_families_on_3d_rows_only(tmp_path, monkeypatch, fake_device):
+    import gpu_tma_3d_ab
+
+    rows = [dict(name="c3d", n=2, in_channels=64, out_channels=64, groups=1, d=6, h=10, w=10, z=3, y=3, x=3, stride=1, padding=1),
+            dict(name="spatial_s2", n=2, in_channels=32, out_channels=64, groups=1, d=4, h=12, w=12, z=1, y=3, x=3, stride="1x2x2",
+                 padding="0x1x1"),
+            dict(name="flat", n=2, in_channels=64, out_channels=64, groups=1, h=14, w=14, y=3, x=3, stride=1, padding=1)]  # fmt: skip
+    out = tmp_path / "ab3d.json"
+    _run(monkeypatch, gpu_tma_3d_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", rows), "--out", str(out),
+                                      "--rounds", "1", "--iters", "1", "--top", "2", "--top-other", "1"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert [r["name"] for r in doc["rows"]] == ["c3d", "spatial_s2"]  # the 2-D row is not this script's
+    assert s["all_ok"] and s["timed"] == 2
+    for r in doc["rows"]:
+        assert {"auto", "before", "tma_0", "tma_1", "other_0"} <= set(r["rows"])
+        assert r["rows"]["before"]["family"] != "wgrad_tma" and r["rows"]["tma_0"]["family"] == "wgrad_tma"
+        assert "_3d_" in r["rows"]["tma_0"]["kernel"]
+    assert s["best_other_over_best_tma"] is not None and s["auto_within_5pct_of_best"] <= 2
+
+
 def test_tma_regs_ab_times_twins_and_before_and_writes_its_summary(tmp_path, monkeypatch, fake_device, fake_cache):
     import dataclasses
 

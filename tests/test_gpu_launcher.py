@@ -80,13 +80,13 @@ def gpu_specs(arch: str = "sm_90") -> list[KernelSpec]:
     out += [KernelSpec("stage2", "reduce", d, d, block=STAGE2_BLOCK, num_warps=4) for d in ("bf16", "fp32", "fp16")]
     out += [pad_spec(d) for d in ("bf16", "fp32")]  # the channel-padding copies (unaligned channel counts)
     if arch == "sm_90":  # the TMA families build for sm_90 only
-        out += [spec for spec, _ in TMA_KINDS] + [spec for spec, _ in DWCONV_TMA_KINDS]
+        out += [spec for spec, _ in TMA_KINDS + TMA_3D_KINDS] + [spec for spec, _ in DWCONV_TMA_KINDS]
     return out
 
 
-def _tma(variant, dw, *, bn=64, taps=1, mode="", regs=0):
-    return KernelSpec("wgrad_tma", variant, "bf16", dw, vec_c=8, vec_k=8, bm=64, bn=bn, bk=64, block=taps, num_warps=4,
-                      num_stages=3, mode=mode, max_regs=regs)  # fmt: skip
+def _tma(variant, dw, *, bn=64, taps=1, mode="", regs=0, dims=2):
+    return KernelSpec("wgrad_tma", variant, "bf16", dw, spatial_dims=dims, vec_c=8, vec_k=8, bm=64, bn=bn, bk=64, block=taps,
+                      num_warps=4, num_stages=3, mode=mode, max_regs=regs)  # fmt: skip
 
 
 # (kernel, settings it is launched at): every epilogue, the persistent and stream-K walks, 2 taps per tile
@@ -101,6 +101,12 @@ TMA_KINDS = [
     (_tma("atomic", "fp32", regs=128), [{"ks_count": 3}]),
     (_tma("workspace", "bf16", bn=128, taps=2, mode="persistent", regs=128), [{"pool": 9, "ks_count": 2}]),
     (_tma("workspace", "bf16", regs=80), [{"ks_count": 1}, {"ks_count": 2}]),  # three CTAs an SM
+]
+# 3-D problems (x through a 5-D im2col map): every epilogue, 2 taps per tile, two CTAs an SM
+TMA_3D_KINDS = [
+    (_tma("direct", "bf16", dims=3), [{}]),
+    (_tma("atomic", "fp32", dims=3), [{"ks_count": 3}]),
+    (_tma("workspace", "bf16", bn=128, taps=2, regs=128, dims=3), [{"ks_count": 1}, {"ks_count": 2}]),
 ]
 
 
@@ -256,6 +262,17 @@ TMA_SHAPES = {  # 4+ blocks of 64 output positions: every split count of TMA_KIN
     "grouped_16to8": "n=5,c=96,k=48,g=6,h=8,w=8,y=3,x=3,padding=1",
     "grouped_wide": "n=8,c=160,k=144,g=2,h=6,w=6,y=3,x=3,padding=1",
 }  # 3 tiles x 256 iterations: many CTAs per tile
+# 3-D TMA shapes: strided and dilated depth, a 1x3x3 and a 3x1x1 filter (R(2+1)D), asymmetric
+# padding, grouped; every corner inside the 5-D map's [-16, 15]
+TMA_3D_SHAPES = {
+    "3d_dense": "n=2,c=24,k=40,d=5,h=6,w=7,z=3,y=3,x=3,padding=1",
+    "3d_strided": "n=3,c=16,k=16,d=9,h=10,w=8,z=3,y=3,x=3,stride=2,padding=1",
+    "3d_dilated": "n=2,c=16,k=24,d=8,h=7,w=7,z=3,y=3,x=3,dilation=2x1x2,padding=2x1x2",
+    "3d_spatial": "n=2,c=32,k=16,d=6,h=9,w=9,z=1,y=3,x=3,padding=0x1x1",
+    "3d_temporal": "n=2,c=16,k=32,d=8,h=8,w=8,z=3,y=1,x=1,padding=1x0x0",
+    "3d_asym": "n=2,c=16,k=16,d=6,h=7,w=8,z=2,y=3,x=2,pad_lo=1x0x1,pad_hi=0x2x0",
+    "3d_grouped": "n=2,c=64,k=64,g=4,d=5,h=6,w=6,z=3,y=3,x=3,padding=1",
+}
 
 
 def with_dw(p: ConvProblem, dw: str) -> ConvProblem:
@@ -366,6 +383,20 @@ def test_tma_every_epilogue_and_walk(backend, kernels, problem_inputs, shape, ki
         pytest.skip("the TMA im2col family builds for sm_90 only")
     spec, settings = TMA_KINDS[kind]
     p, inputs, ref = problem_inputs(TMA_SHAPES[shape], spec.dw_dtype)
+    for setting in settings:
+        plan = Plan(p, kernels[spec], backend, stage2=_stage2(kernels, spec.dw_dtype), **setting)
+        run_checked(backend, plan, inputs, ref)
+
+
+@pytest.mark.parametrize("shape", list(TMA_3D_SHAPES))
+@pytest.mark.parametrize("kind", range(len(TMA_3D_KINDS)))
+def test_tma_3d_every_epilogue(backend, kernels, problem_inputs, shape, kind):
+    from skwgrad.launcher.plan import Plan
+
+    if backend.arch != "sm_90":
+        pytest.skip("the TMA im2col family builds for sm_90 only")
+    spec, settings = TMA_3D_KINDS[kind]
+    p, inputs, ref = problem_inputs(TMA_3D_SHAPES[shape], spec.dw_dtype)
     for setting in settings:
         plan = Plan(p, kernels[spec], backend, stage2=_stage2(kernels, spec.dw_dtype), **setting)
         run_checked(backend, plan, inputs, ref)

@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
-from skwgrad.abi.kernargs import declaration
 from skwgrad.abi.padding import pad_spec
 from skwgrad.abi.launch import STAGE2_BLOCK
 from skwgrad.abi.spec import KernelSpec
@@ -72,7 +71,7 @@ def fake_tensor_maps(spec: KernelSpec) -> list[dict]:
 def fake_metadata(spec: KernelSpec, arch: str, *, shared: int = 16384, tail: int = 2, wave: int | None = None) -> dict:
     """Metadata shaped like ``CompiledKernel.metadata`` (layout from the ABI declaration)."""
     wave = wave or (64 if arch.startswith("gfx") else 32)
-    decl = declaration(spec.family, spec.variant)
+    decl = spec.kernarg_decl
     slots, size = decl.layout(tail)
     threads = spec.threads_per_cta(wave)
     name = KERNEL_NAMES[spec.family]
@@ -350,7 +349,7 @@ class FakeBackend(Backend):
 
 def decode(spec: KernelSpec, data: bytes, fn=None) -> dict:
     """The kernarg values in ``data`` by the ABI declaration (reserved slots included)."""
-    decl = declaration(spec.family, spec.variant)
+    decl = spec.kernarg_decl
     for t in range(0, 8):
         slots, size = decl.layout(t)
         if size == len(data):
@@ -476,18 +475,29 @@ def _emulate_tma(be: FakeBackend, spec: KernelSpec, a: dict, grid) -> None:
     requests must describe that problem), then the split-K epilogue (workspace: into the replica)."""
     from skwgrad.abi.launch import tma_geometry
 
-    n, h, w, channels = (a[f"x_shape{i}"] for i in range(4))
+    sd = spec.spatial_dims
+    shape = [a[f"x_shape{i}"] for i in range(2 + sd)]  # [N, [D,] H, W, C]
+    n, channels = shape[0], shape[-1]
+    d, h, w = ([1] + shape[1:-1]) if sd == 2 else shape[1:-1]
     c, k, xw, taps = a["C"], a["K"], a["X"], a["TAPS"]
     if channels % c or a["dy_shape1"] != channels // c * k:
         raise FakeFault(f"x has {channels} channels, dy {a['dy_shape1']}: not G groups of C = {c} and K = {k}")
-    y = taps // xw
-    sh, sw, ph, pw, dh, dwl = a["stride_h"], a["stride_w"], a["pad_h"], a["pad_w"], a["dil_h"], a["dil_w"]
-    ho = a["HoWo"] // a["Wo"]
-    pad_hi = (0, max(0, (ho - 1) * sh + dh * (y - 1) + 1 - h - ph), max(0, (a["Wo"] - 1) * sw + dwl * (xw - 1) + 1 - w - pw))
-    p = ConvProblem(n=n, c=c, k=k, g=channels // c, hi=h, wi=w, y=y, x=xw, stride=(1, sh, sw), pad_lo=(0, ph, pw), pad_hi=pad_hi,
-                    dilation=(1, dh, dwl), dtype=spec.dtype, dw_dtype=spec.dw_dtype)  # fmt: skip
-    if (p.ho, p.wo) != (ho, a["Wo"]):
-        raise FakeFault(f"kernargs HoWo/Wo do not follow from the other scalars ({p.ho}x{p.wo})")
+    if a["YX"] % xw or taps % a["YX"]:
+        raise FakeFault(f"YX {a['YX']} / X {xw} / TAPS {taps} are not a Z x Y x X filter")
+    y, z = a["YX"] // xw, taps // a["YX"]
+    stride = (a["stride_d"], a["stride_h"], a["stride_w"])
+    pad = (a["pad_d"], a["pad_h"], a["pad_w"])
+    dil = (a["dil_d"], a["dil_h"], a["dil_w"])
+    if a["HoWo"] % a["Wo"] or a["DoHoWo"] % a["HoWo"]:
+        raise FakeFault(f"DoHoWo {a['DoHoWo']} / HoWo {a['HoWo']} / Wo {a['Wo']} are not a Do x Ho x Wo output")
+    outs = (a["DoHoWo"] // a["HoWo"], a["HoWo"] // a["Wo"], a["Wo"])
+    pad_hi = tuple(max(0, (o - 1) * st + dl * (f - 1) + 1 - i - pl) for o, st, dl, f, i, pl in zip(outs, stride, dil, (z, y, xw), (d, h, w), pad))
+    if sd == 2 and (z, d, stride[0], pad[0], dil[0], outs[0]) != (1, 1, 1, 0, 1, 1):
+        raise FakeFault("a 2-D launch passed depth scalars other than the trivial ones")
+    p = ConvProblem(n=n, c=c, k=k, g=channels // c, di=d, hi=h, wi=w, z=z, y=y, x=xw, stride=stride, pad_lo=pad, pad_hi=pad_hi,
+                    dilation=dil, dtype=spec.dtype, dw_dtype=spec.dw_dtype, spatial_dims=sd)  # fmt: skip
+    if (p.do, p.ho, p.wo) != outs:
+        raise FakeFault(f"kernargs DoHoWo/HoWo/Wo do not follow from the other scalars ({p.do}x{p.ho}x{p.wo})")
     geo = tma_geometry(p, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, taps_per_tile=spec.block, ks_count=a["ks_count"] if "ks_count" in a else 1)
     if (a["CP"], a["KP"]) != (geo.scalars["CP"], geo.scalars["KP"]):
         raise FakeFault(f"packed channels CP/KP {a['CP']}/{a['KP']}, the launch packs {geo.scalars['CP']}/{geo.scalars['KP']}")

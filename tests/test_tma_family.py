@@ -9,6 +9,7 @@ bounding box walking exactly Ho x Wo positions, every pointer change re-pointing
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
 import struct
@@ -31,24 +32,32 @@ from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402
 from skwgrad.reference import relative_error  # noqa: E402
 
 
-def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3, mode="", regs=0):
+def tma_spec(variant="workspace", dtype="bf16", dw=None, bm=64, bn=64, bk=64, taps=1, warps=4, stages=3, mode="", regs=0, dims=2):
     dw = dw or ("fp32" if variant == "atomic" else dtype)
-    return KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, num_warps=warps,
+    return KernelSpec("wgrad_tma", variant, dtype, dw, spatial_dims=dims, vec_c=8, vec_k=8, bm=bm, bn=bn, bk=bk, num_warps=warps,
                       num_stages=stages, block=taps, mode=mode, max_regs=regs)  # fmt: skip
 
 
 # -- kernarg layout ---------------------------------------------------------------------------
+@pytest.mark.parametrize("dims,size", [(2, 544), (3, 560)])
 @pytest.mark.parametrize("variant", ["direct", "atomic", "workspace"])
-def test_tensor_maps_are_64_byte_aligned_in_the_absolute_parameter_space(variant):
-    slots, size = declaration("wgrad_tma", variant).layout(2)
+def test_tensor_maps_are_64_byte_aligned_in_the_absolute_parameter_space(variant, dims, size):
+    decl = declaration("wgrad_tma", variant, dims)
+    slots, got = decl.layout(2)
     maps = [s for s in slots if s.arg.kind == "tmap"]
     assert [s.arg.name for s in maps] == ["dy_map", "x_map"]
     assert maps[0].offset == 48  # not 0: 0x210 + 48 is the first multiple of 64
     assert all((PARAM_BASE + s.offset) % 64 == 0 and s.arg.size == 128 for s in maps)
     for a, b in zip(slots, slots[1:]):  # no overlap, natural alignment of every other slot
         assert b.offset >= a.offset + a.arg.size and (PARAM_BASE + b.offset) % b.arg.align == 0
-    assert declaration("wgrad_tma", variant).source_names[:4] == ("dy_desc", "x_desc", "dw", "ws_ptr")
-    assert size == 520  # 48 + 2 maps with shapes and strides, 2 pointers, 18 i32 scalars, 2 tail pointers
+    assert decl.source_names[:4] == ("dy_desc", "x_desc", "dw", "ws_ptr")
+    # one source for both: the same parameters, x's map of rank 2 + dims ([N, [D,] H, W, C])
+    assert decl.source_names == declaration("wgrad_tma", variant, 5 - dims).source_names
+    assert [a.name for a in decl.args if a.name.startswith("x_shape")] == [f"x_shape{i}" for i in range(2 + dims)]
+    # 48 + 2 maps with their shapes and strides, 2 pointers, 23 i32 scalars, 2 tail pointers
+    assert got == size == tma_spec(variant, dims=dims).kernarg_decl.layout(2)[1]
+    with pytest.raises(AbiError, match="2-D and 3-D"):
+        declaration("wgrad_tma", variant, 1)
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ("wgrad_tma", "dwconv_tma")])
@@ -84,6 +93,7 @@ def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
         (dict(dtype="fp32", variant="direct"), "16-bit inputs"),
         (dict(variant="atomic", dw="bf16"), "must be fp32"),
         (dict(taps=3), "1, 2 or 4"),
+        (dict(dims=1), "2-D or 3-D"),
         (dict(bn=128, taps=4), "at least 64"),
         (dict(warps=2), "num_warps is 4 or 8"),
         (dict(variant="direct", mode="streamk"), "never direct"),
@@ -117,6 +127,7 @@ def test_persistent_launches_take_a_pool_and_the_others_none():
 def test_label_and_threads():
     s = tma_spec("direct", dw="fp32", bm=128, bn=128, taps=2, warps=8, stages=4)
     assert s.label == "wgrad_tma_bf16_dwfp32_2d_v8v8_128x128x64_t2_w8s4_direct"
+    assert tma_spec("direct", dims=3).label == "wgrad_tma_bf16_3d_v8v8_64x64x64_t1_w4s3_direct"
     assert s.tma_channels == 64
     assert s.threads_per_cta(32) == 384 and tma_spec().threads_per_cta(32) == 256  # + producer warp, whole warpgroups
 
@@ -126,7 +137,9 @@ def test_label_and_threads():
     [
         ("n=2,c=6,k=64,h=8,w=8,y=3,x=3,padding=1", "multiples of 8"),
         ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1,g=16", "per group must be multiples of 8"),
-        ("n=2,c=64,k=64,d=4,h=8,w=8,z=3,y=3,x=3,padding=1", "3-D"),
+        # a 5-D x (3-D problems) narrows the corners to [-16, 15] and the tap offsets to 31
+        ("n=2,c=64,k=64,d=4,h=40,w=40,z=3,y=3,x=3,padding=17", "corners .* for a 5-D x"),
+        ("n=2,c=64,k=64,d=40,h=8,w=8,z=3,y=3,x=3,dilation=16x1x1,padding=16x1x1", "tap offsets .* 31 for a 5-D x"),
         ("n=2,c=64,k=64,h=64,w=64,y=3,x=3,stride=9", "strides up to 8"),
         ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=200", "corners"),
         ("n=2,c=64,k=64,h=8,w=8,y=3,x=3,padding=1,dtype=fp32", "16-bit"),
@@ -137,7 +150,9 @@ def test_what_tma_cannot_run_is_refused_with_the_reason(text, match):
     assert re.search(match, tma_unsupported(p))
     if p.dtype == "bf16":  # (an fp32 problem is refused first for its dtype)
         with pytest.raises(AbiError, match=match):
-            tma_spec().check_problem(p)
+            tma_spec(dims=p.spatial_dims).check_problem(p)
+        with pytest.raises(AbiError, match=f"runs {5 - p.spatial_dims}-D problems; the problem is {p.spatial_dims}-D"):
+            tma_spec(dims=5 - p.spatial_dims).check_problem(p)
     with pytest.raises(ProblemError):
         tma_geometry(p, "atomic", bm=64, bn=64, bk=64, taps_per_tile=1)
 
@@ -160,8 +175,43 @@ def test_the_im2col_box_walks_exactly_the_output_positions():
             lo, up, size = req.lower[dim - 1], req.upper[dim - 1], req.shape[dim]
             assert (size + up - lo - 1) // s + 1 == out  # positions lo, lo+s, ... inside [lo, size + up)
             assert lo == -p.pad_lo[dim]
-            assert TMA_CORNER_RANGE[0] <= min(lo, up) and max(lo, up) <= TMA_CORNER_RANGE[1]
+            assert TMA_CORNER_RANGE[4][0] <= min(lo, up) and max(lo, up) <= TMA_CORNER_RANGE[4][1]
         assert req.element_strides == (1, s, s, 1)
+
+
+def test_the_5d_im2col_box_walks_exactly_the_output_positions_of_a_3d_problem():
+    rng = random.Random(11)
+    seen = 0
+    for _ in range(400):
+        ins = [rng.randint(1, 20) for _ in range(3)]
+        f = [rng.choice((1, 3, 5)) for _ in range(3)]
+        st, dl = [rng.choice((1, 2, 3)) for _ in range(3)], [rng.choice((1, 2)) for _ in range(3)]
+        pl, ph = [rng.randint(0, 3) for _ in range(3)], [rng.randint(0, 3) for _ in range(3)]
+        try:
+            p = ConvProblem(n=2, c=8, k=8, di=ins[0], hi=ins[1], wi=ins[2], z=f[0], y=f[1], x=f[2], stride=tuple(st), pad_lo=tuple(pl),
+                            pad_hi=tuple(ph), dilation=tuple(dl), spatial_dims=3)  # fmt: skip
+        except ProblemError:
+            continue
+        if tma_unsupported(p):
+            continue
+        seen += 1
+        geo = tma_geometry(p, "direct", bm=64, bn=64, bk=64, taps_per_tile=1)
+        req = geo.tensor_maps[1]
+        assert req.shape == (2, *ins, 8) and len(req.strides) == 5 and req.element_strides == (1, *st, 1)
+        for dim, out in enumerate((p.do, p.ho, p.wo)):
+            lo, up, size = req.lower[dim], req.upper[dim], req.shape[dim + 1]
+            assert (size + up - lo - 1) // st[dim] + 1 == out
+            assert lo == -pl[dim] and -16 <= min(lo, up) and max(lo, up) <= 15
+        sc = geo.scalars
+        assert (sc["DoHoWo"], sc["HoWo"], sc["Wo"], sc["YX"], sc["TAPS"]) == (p.do * p.ho * p.wo, p.ho * p.wo, p.wo, f[1] * f[2], math.prod(f))
+        assert (sc["stride_d"], sc["pad_d"], sc["dil_d"]) == (st[0], pl[0], dl[0]) and sc["total_iters"] == -(-p.gemm_k // 64)
+    assert seen > 50
+
+
+def test_a_2d_launch_passes_trivial_depth_scalars():
+    sc = tma_geometry(PROBLEMS[1], "direct", bm=64, bn=64, bk=64, taps_per_tile=1).scalars
+    assert (sc["DoHoWo"], sc["YX"], sc["stride_d"], sc["pad_d"], sc["dil_d"]) == (sc["HoWo"], sc["TAPS"], 1, 0, 1)
+    assert "x_shape4" not in sc and sc["x_shape3"] == PROBLEMS[1].c
 
 
 @pytest.mark.parametrize(
@@ -208,6 +258,10 @@ PROBLEMS = [
     ConvProblem(n=16, c=8, k=8, hi=11, wi=10, y=3, x=2, stride=(1, 2, 2), pad_lo=(0, 1, 0), pad_hi=(0, 1, 0), dilation=(1, 1, 2)),
     # grouped, 6 groups of 16 in / 8 out channels: 4 fit a 64 x 64 tile, 3 divide G
     ConvProblem(n=4, c=16, k=8, g=6, hi=7, wi=9, y=3, x=3, pad_lo=(0, 1, 1), pad_hi=(0, 1, 1)),
+    # 3-D (a 5-D im2col x): strided and dilated depth, a 3x1x3 filter, asymmetric padding
+    ConvProblem(n=6, c=16, k=24, di=7, hi=6, wi=9, z=3, y=1, x=3, stride=(2, 1, 1), pad_lo=(1, 0, 1), pad_hi=(1, 0, 0),
+                dilation=(1, 1, 2), spatial_dims=3),  # fmt: skip
+    ConvProblem(n=2, c=8, k=16, g=2, di=5, hi=6, wi=6, z=3, y=3, x=3, pad_lo=(1, 1, 1), pad_hi=(1, 1, 1), spatial_dims=3),
 ]
 
 
@@ -220,7 +274,7 @@ LAUNCHES += [(v, 1, 5, "streamk") for v in ("atomic", "workspace")]  # stream-K 
 @pytest.mark.parametrize("pi", range(len(PROBLEMS)))
 def test_plans_launch_what_the_reference_computes(variant, ks, taps, pi, pool, mode):
     p0 = PROBLEMS[pi]
-    s = tma_spec(variant, bn=64 * taps, taps=taps, mode=mode)
+    s = tma_spec(variant, bn=64 * taps, taps=taps, mode=mode, dims=p0.spatial_dims)
     p = dataclasses.replace(p0, dw_dtype=s.dw_dtype)
     c, be = F.FakeCache(), F.FakeBackend()
     k = Kernel.from_entry(c.add(s, "sm_90"), c)
@@ -314,10 +368,16 @@ def test_selection_takes_tma_where_it_applies_and_never_where_it_cannot():
     grouped = parse_problem("n=32,c=256,k=256,h=28,w=28,y=3,x=3,padding=1,g=32")  # 8 per group: packed 8 to a tile
     r = rank_choices(grouped, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
     assert {x.spec.family for x in r.choices} >= {"grouped", "wgrad_tma"}
-    for text in ("n=32,c=256,k=256,h=14,w=14,y=3,x=3,padding=1,g=64", "n=8,c=64,k=64,d=8,h=14,w=14,z=3,y=3,x=3,padding=1"):
-        p = parse_problem(text)
-        r = rank_choices(p, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
-        assert r.choices and all(x.spec.family != "wgrad_tma" for x in r.choices)
+    p = parse_problem("n=32,c=256,k=256,h=14,w=14,y=3,x=3,padding=1,g=64")  # 4 channels a group: no 16-byte TMA strides
+    r = rank_choices(p, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
+    assert r.choices and all(x.spec.family != "wgrad_tma" for x in r.choices)
+    # each problem gets the TMA kernels of its own dims: 3-D ones read x through a 5-D map
+    d3 = parse_problem("n=8,c=64,k=64,d=8,h=14,w=14,z=3,y=3,x=3,padding=1")
+    r3 = rank_choices(d3, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
+    tma3 = [x for x in r3.choices if x.spec.family == "wgrad_tma"]
+    assert tma3 and all(x.spec.spatial_dims == 3 for x in tma3) and {x.spec.family for x in r3.choices} > {"wgrad_tma"}
+    r2 = rank_choices(big, c, arch="sm_90", cus=132, options=LaunchOptions(), occupancy=occ)
+    assert all(x.spec.spatial_dims == 2 for x in r2.choices)
     # deterministic requests never take the atomic epilogues
     det = rank_choices(big, c, arch="sm_90", cus=132, options=LaunchOptions(deterministic=True), occupancy=occ)
     assert all(x.spec.variant in ("direct", "two_stage", "linear", "tree") for x in det.choices)
@@ -335,6 +395,7 @@ def compiled():
     out["streamk_workspace"] = compile_spec(tma_spec("workspace", bn=128, taps=2, mode="streamk"), "sm_90", keep_asm=True)
     out["two_cta_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, stages=4, regs=128), "sm_90", keep_asm=True)
     out["three_cta_workspace"] = compile_spec(tma_spec("workspace", stages=4, regs=80), "sm_90", keep_asm=True)
+    out["three_d_atomic"] = compile_spec(tma_spec("atomic", bn=128, taps=2, stages=4, regs=128, dims=3), "sm_90", keep_asm=True)
     return out
 
 
@@ -352,7 +413,7 @@ def _sass(cubin: bytes) -> str:
 
 
 @pytest.mark.parametrize("variant", ["direct", "direct_fp32", "workspace", "persistent_atomic", "streamk_workspace", "two_cta_atomic",
-                                     "three_cta_workspace"])
+                                     "three_cta_workspace", "three_d_atomic"])
 def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launcher_reads(compiled, variant):
     from skwgrad.abi.codeobject import cubin_params
 
@@ -364,7 +425,10 @@ def test_compiled_kernel_is_the_measured_loop_and_its_metadata_is_what_the_launc
     assert [m["is_im2col"] for m in md["tensor_maps"]] == [False, True]
     sass = _sass(ck.binary)
     assert all("tnspA.tnspB" in line for line in re.findall(r"HGMMA[^;]*", sass)) and "HGMMA" in sass
-    assert len(re.findall(r"UTMALDG\.4D\.IM2COL", sass)) >= ck.spec.block  # one im2col load per tap of the tile
+    rank = 2 + ck.spec.spatial_dims  # x: [N, [D,] H, W, C]
+    assert len(re.findall(rf"UTMALDG\.{rank}D\.IM2COL", sass)) >= ck.spec.block  # one im2col load per tap of the tile
+    assert not re.search(rf"UTMALDG\.{9 - rank}D\.IM2COL", sass)
+    assert [len(m["block_size"]) for m in md["tensor_maps"]] == [2, 2] and md["kernarg"]["size"] == (544 if rank == 4 else 560)
     assert not re.search(r"\b(LDL|STL)\b", sass)
     # shared-memory accesses other than TMA / wgmma: the warp partitions' bookkeeping (3-7), and a
     # round trip of the tile through a scratch buffer (dozens) only where it buys 16-byte stores
@@ -467,12 +531,13 @@ def test_the_gpu_suite_launches_every_tma_setting_it_names():
     at every setting has a geometry on every shape (run T1 lost 8 cases to a split count past the
     rows), and the grouped shapes pack 8, 3 and 1 groups to a tile."""
     from skwgrad.abi.launch import spec_geometry
-    from test_gpu_launcher import TMA_KINDS, TMA_SHAPES
+    from test_gpu_launcher import TMA_3D_KINDS, TMA_3D_SHAPES, TMA_KINDS, TMA_SHAPES
 
-    for text in TMA_SHAPES.values():
+    for text, kinds in [(t, TMA_KINDS) for t in TMA_SHAPES.values()] + [(t, TMA_3D_KINDS) for t in TMA_3D_SHAPES.values()]:
         p = parse_problem(text)
         assert not tma_unsupported(p)
-        for spec, settings in TMA_KINDS:
+        for spec, settings in kinds:
+            assert spec.spatial_dims == p.spatial_dims
             for setting in settings:
                 geo = spec_geometry(p, spec, **setting)
                 assert geo.ks_count == setting.get("ks_count", 1) or spec.mode == "streamk"

@@ -31,9 +31,20 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 # (skwgrad/aot/kernels/tma.py, which grew out of this file): runs R2/R3 measured the same code.
 from skwgrad.aot.kernels.tma import _consumer as _ws_consumer
 from skwgrad.aot.kernels.tma import _epilogue as _product_epilogue
-from skwgrad.aot.kernels.tma import _im2col_start, _mma_layout
+from skwgrad.aot.kernels.tma import _mma_layout
 from skwgrad.aot.kernels.tma import _producer as _ws_producer
 from skwgrad.aot.kernels.tma import shared_layout
+
+
+@gluon.jit
+def _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w):
+    """The im2col coordinate [n, h, w] of reduction row r0 = (n, ho, wo): where its window starts
+    (the product computes it inside its producer step, for 2-D and 3-D)."""
+    n = r0 // HoWo
+    rem = r0 - n * HoWo
+    ho = rem // Wo
+    wo = rem - ho * Wo
+    return n, ho * stride_h - pad_h, wo * stride_w - pad_w
 
 
 @gluon.jit
@@ -152,8 +163,8 @@ def wgrad_im2col_ws(
     acc = gl.warp_specialize(
         [
             (_ws_consumer, (a_bufs, b_bufs, ready, empty, n_it, STAGES, BM, BN, num_warps)),
-            (_ws_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w,
-                            HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT)),
+            (_ws_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS,
+                            (HoWo, HoWo, Wo, TAPS, X, 1, stride_h, stride_w, 0, pad_h, pad_w, 1, dil_h, dil_w), STAGES, BK, NT, 2)),
         ],
         [1],
         [24],

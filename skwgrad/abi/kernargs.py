@@ -177,8 +177,10 @@ def _prefix(workspace: bool) -> list[Arg]:
 
 
 @cache
-def declaration(family: str, variant: str) -> KernargDecl:
-    """The ordered kernarg declaration of one kernel family and variant.
+def declaration(family: str, variant: str, spatial_dims: int = 2) -> KernargDecl:
+    """The ordered kernarg declaration of one kernel family and variant (``wgrad_tma`` also by its
+    spatial dims: x's tensor map has rank 2 + spatial_dims; the other families pass every dims
+    through the same scalars).
 
     ``wgrad``: variant is the split-K epilogue (direct, atomic, two_stage, workspace).
     ``wgrad_sk``: variant is the stream-K reduction (linear, tree, atomic, workspace).
@@ -207,7 +209,7 @@ def declaration(family: str, variant: str) -> KernargDecl:
     elif family in ("dwconv", "grouped"):
         args = _dwconv_args(variant, family)
     elif family == "wgrad_tma":
-        args = _tma_args(variant)
+        args = _tma_args(variant, spatial_dims)
     elif family == "dwconv_tma":
         args = _dwconv_tma_args(variant)
     elif family == "pad":
@@ -330,25 +332,34 @@ def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
 
 # -- TMA im2col family (``wgrad_tma``: skwgrad/aot/kernels/tma.py, sm_90 only) ---------------------
 # The Gluon kernel reads dy and x through two tensor descriptors the host encodes per launch
-# (``skwgrad.abi.launch.TensorMapRequest``): dy as the 2-D [R, K] matrix (R = N*Ho*Wo), x as the
-# 4-D [N, H, W, C] tensor in im2col mode. Each descriptor parameter is passed as its tensor map,
+# (``skwgrad.abi.launch.TensorMapRequest``): dy as the 2-D [R, K] matrix (R = N*[Do*]Ho*Wo), x as
+# the 4-D [N, H, W, C] (2-D problems) or 5-D [N, D, H, W, C] (3-D) tensor in im2col mode. Each descriptor parameter is passed as its tensor map,
 # its shape (i32 each) and its strides in elements (i64 each), as Triton passes them. Then dW,
 # the workspace replica (live for ``workspace``), the scalars the loop needs, and Triton's two
 # trailing null pointers. Split-K over BK-row blocks: ks_iters blocks per split, total_iters in all.
 # C and K are per group; CP and KP per packed group (GB groups per tile; dense: GB = 1, CP = C);
 # m_tiles counts the output-channel blocks of all packed groups, c_tiles the input-channel blocks of one.
 TMA_VARIANTS = ("direct", "atomic", "workspace")
+# The depth scalars (DoHoWo: output positions per image, YX: taps per filter plane, stride_d,
+# pad_d, dil_d) are in every declaration, so 2-D and 3-D kernels share one source and signature;
+# a 2-D launch passes its trivial values (DoHoWo = HoWo, YX = TAPS, 1, 0, 1).
 TMA_SCALARS = (
-    "HoWo", "Wo", "C", "K", "CP", "KP", "X", "TAPS", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
-    "m_tiles", "c_tiles", "ks_iters", "total_iters",
+    "DoHoWo", "HoWo", "Wo", "C", "K", "CP", "KP", "YX", "X", "TAPS", "stride_d", "stride_h", "stride_w",
+    "pad_d", "pad_h", "pad_w", "dil_d", "dil_h", "dil_w", "m_tiles", "c_tiles", "ks_iters", "total_iters",
 )  # fmt: skip
-TMA_DESCRIPTORS = (("dy_desc", "dy", 2), ("x_desc", "x", 4))  # (kernel parameter, slot prefix, rank)
 
 
-def _tma_args(variant: str) -> list[Arg]:
+def tma_descriptors(spatial_dims: int) -> tuple:
+    """(kernel parameter, slot prefix, rank) of a wgrad_tma kernel's two tensor descriptors."""
+    if spatial_dims not in (2, 3):
+        raise AbiError(f"wgrad_tma runs 2-D and 3-D problems, not {spatial_dims}-D")
+    return (("dy_desc", "dy", 2), ("x_desc", "x", 2 + spatial_dims))
+
+
+def _tma_args(variant: str, spatial_dims: int) -> list[Arg]:
     if variant not in TMA_VARIANTS:
         raise AbiError(f"wgrad_tma epilogue {variant!r} is not one of {', '.join(TMA_VARIANTS)}")
-    return _descriptor_args(TMA_DESCRIPTORS, variant, TMA_SCALARS)
+    return _descriptor_args(tma_descriptors(spatial_dims), variant, TMA_SCALARS)
 
 
 def _descriptor_args(descriptors, variant: str, scalars) -> list[Arg]:

@@ -366,13 +366,14 @@ def grouped_geometry(problem: ConvProblem, variant: str, *, gb: int, bm: int, bn
 # A tile is BM output channels x T filter taps x CB = BN / T input channels (the spec's block is T);
 # grid = ceil(K / BM) x ceil(taps / T) x ceil(C / CB) tiles x ks_count splits, split-major, on the
 # packed problem (``tma_groups_per_tile``: GB groups of a grouped convolution as one). The
-# reduction is the N*Ho*Wo output positions in blocks of BK (any Ho, Wo: TMA im2col walks them).
-# Limits of TMA im2col on a 4-D [N, H, W, C] tensor (CUDA driver API, cuTensorMapEncodeIm2col; PTX
-# cp.async.bulk.tensor im2col offsets): pixel-box corners in [-2^7, 2^7 - 1], traversal strides
-# <= 8, tap offsets in [0, 2^8 - 1]; every stride a multiple of 16 bytes.
-TMA_CORNER_RANGE = (-(2**7), 2**7 - 1)
+# reduction is the N*[Do*]Ho*Wo output positions in blocks of BK (any Ho, Wo: TMA im2col walks them).
+# Limits of TMA im2col (CUDA driver API, cuTensorMapEncodeIm2col; PTX cp.async.bulk.tensor im2col
+# offsets), by x's rank: 4-D [N, H, W, C] (2-D problems) pixel-box corners in [-2^7, 2^7 - 1] and
+# tap offsets in [0, 2^8 - 1]; 5-D [N, D, H, W, C] (3-D) corners in [-2^4, 2^4 - 1] and offsets in
+# [0, 2^5 - 1]; traversal strides <= 8; every stride a multiple of 16 bytes.
+TMA_CORNER_RANGE = {4: (-(2**7), 2**7 - 1), 5: (-(2**4), 2**4 - 1)}
 TMA_MAX_ELEMENT_STRIDE = 8
-TMA_MAX_TAP_OFFSET = 2**8 - 1
+TMA_MAX_TAP_OFFSET = {4: 2**8 - 1, 5: 2**5 - 1}
 
 
 @dataclass(frozen=True)
@@ -392,8 +393,12 @@ class TensorMapRequest:
 
 
 def _tma_corners(p: ConvProblem) -> tuple[tuple, tuple]:
-    lower = (-p.pad_lo[1], -p.pad_lo[2])
-    upper = ((p.ho - 1) * p.stride[1] + 1 - p.hi - p.pad_lo[1], (p.wo - 1) * p.stride[2] + 1 - p.wi - p.pad_lo[2])
+    """The im2col pixel box of x's spatial dims ([d,] h, w): where the first and the last output
+    position's window starts, relative to the tensor's first and last pixel."""
+    dims = range(3 - p.spatial_dims, 3)
+    outs, ins = (p.do, p.ho, p.wo), (p.di, p.hi, p.wi)
+    lower = tuple(-p.pad_lo[i] for i in dims)
+    upper = tuple((outs[i] - 1) * p.stride[i] + 1 - ins[i] - p.pad_lo[i] for i in dims)
     return lower, upper
 
 
@@ -404,20 +409,21 @@ def tma_unsupported(p: ConvProblem) -> str:
 
     if p.dtype not in ("bf16", "fp16"):
         return f"TMA kernels take 16-bit inputs; the problem is {p.dtype}"
-    if p.spatial_dims != 2:
-        return "TMA kernels are 2-D (3-D needs the 5-D im2col mode)"
+    rank = 2 + p.spatial_dims  # x: [N, [D,] H, W, C]
     vec = 16 // DTYPE_BYTES[p.dtype]
     if p.c % vec or p.k % vec:
         per = " per group" if p.g > 1 else ""
         return f"TMA strides and dW stores are 16-byte vectors: C = {p.c} and K = {p.k}{per} must be multiples of {vec}"
-    if max(p.stride[1:]) > TMA_MAX_ELEMENT_STRIDE:
-        return f"TMA im2col walks strides up to {TMA_MAX_ELEMENT_STRIDE}; the problem's stride is {p.stride[1:]}"
+    dims = range(3 - p.spatial_dims, 3)
+    if max(p.stride[i] for i in dims) > TMA_MAX_ELEMENT_STRIDE:
+        return f"TMA im2col walks strides up to {TMA_MAX_ELEMENT_STRIDE}; the problem's stride is {p.stride[3 - p.spatial_dims:]}"
     lower, upper = _tma_corners(p)
-    lo, hi = TMA_CORNER_RANGE
+    lo, hi = TMA_CORNER_RANGE[rank]
     if not all(lo <= v <= hi for v in lower + upper):
-        return f"TMA im2col pixel-box corners {lower}/{upper} (from the padding) are outside [{lo}, {hi}]"
-    if max((p.y - 1) * p.dilation[1], (p.x - 1) * p.dilation[2]) > TMA_MAX_TAP_OFFSET:
-        return f"TMA im2col tap offsets (filter extent x dilation) exceed {TMA_MAX_TAP_OFFSET}"
+        return f"TMA im2col pixel-box corners {lower}/{upper} (from the padding) are outside [{lo}, {hi}] for a {rank}-D x"
+    extent = max((f - 1) * p.dilation[i] for i, f in zip(dims, (p.z, p.y, p.x)[3 - p.spatial_dims :]))
+    if extent > TMA_MAX_TAP_OFFSET[rank]:
+        return f"TMA im2col tap offsets (filter extent x dilation, {extent}) exceed {TMA_MAX_TAP_OFFSET[rank]} for a {rank}-D x"
     if p.gemm_k > kernargs.I32_MAX or p.x_numel > kernargs.I32_MAX:
         return "the problem's output positions or x elements overflow the kernel's i32 indices"
     return ""
@@ -485,21 +491,24 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
     rows, taps = p.gemm_k, p.z * p.y * p.x
     gb = tma_groups_per_tile(p, bm, bn // taps_per_tile)
     ck, kk = p.g * p.c, p.g * p.k  # all groups' channels: one row of x, one row of dy
+    # x as [N, [D,] H, W, C]: a 2-D problem's tensor has no D (and its depth scalars are trivial)
+    dims = range(3 - p.spatial_dims, 3)
+    x_shape = (p.n, *((p.di, p.hi, p.wi)[i] for i in dims), ck)
+    x_strides = tuple(math.prod(x_shape[i + 1 :]) for i in range(len(x_shape)))
     scalars = {
         "dy_shape0": rows, "dy_shape1": kk, "dy_stride0": kk, "dy_stride1": 1,
-        "x_shape0": p.n, "x_shape1": p.hi, "x_shape2": p.wi, "x_shape3": ck,
-        "x_stride0": p.hi * p.wi * ck, "x_stride1": p.wi * ck, "x_stride2": ck, "x_stride3": 1,
-        "HoWo": p.ho * p.wo, "Wo": p.wo, "C": p.c, "K": p.k, "CP": gb * p.c, "KP": gb * p.k, "X": p.x, "TAPS": taps,
-        "stride_h": p.stride[1], "stride_w": p.stride[2], "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
-        "dil_h": p.dilation[1], "dil_w": p.dilation[2],
+        **{f"x_shape{i}": v for i, v in enumerate(x_shape)}, **{f"x_stride{i}": v for i, v in enumerate(x_strides)},
+        "DoHoWo": p.do * p.ho * p.wo, "HoWo": p.ho * p.wo, "Wo": p.wo, "C": p.c, "K": p.k, "CP": gb * p.c, "KP": gb * p.k,
+        "YX": p.y * p.x, "X": p.x, "TAPS": taps, "stride_d": p.stride[0], "stride_h": p.stride[1], "stride_w": p.stride[2],
+        "pad_d": p.pad_lo[0], "pad_h": p.pad_lo[1], "pad_w": p.pad_lo[2],
+        "dil_d": p.dilation[0], "dil_h": p.dilation[1], "dil_w": p.dilation[2],
         "m_tiles": tiling.m_tiles, "c_tiles": tiling.n_tiles // math.ceil(taps / taps_per_tile),
         "ks_iters": ks_iters, "total_iters": total,
     }  # fmt: skip
     lower, upper = _tma_corners(p)
     maps = (
         TensorMapRequest("dy", "tiled", (rows, kk), (kk, 1)),
-        TensorMapRequest("x", "im2col", (p.n, p.hi, p.wi, ck), (p.hi * p.wi * ck, p.wi * ck, ck, 1), lower, upper,
-                         (1, p.stride[1], p.stride[2], 1)),
+        TensorMapRequest("x", "im2col", x_shape, x_strides, lower, upper, (1, *(p.stride[i] for i in dims), 1)),
     )  # fmt: skip
     mode = "streamk" if streamk else "persistent" if pool else ""
     return LaunchGeometry(p, "wgrad_tma", variant, mode, tiling, grid, ks_count, ks_iters, None, ws, scalars, maps)

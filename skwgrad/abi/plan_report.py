@@ -54,7 +54,7 @@ def launch_report(problem: ConvProblem, *, arch: str, spec: KernelSpec, pool: in
     bm, bn, bk = spec.bm, spec.bn, spec.bk
     flags = spec.flags_per_cta(a.wave_size)
     geo = spec_geometry(problem, spec, threads=spec.threads_per_cta(a.wave_size), pool=pool, ks_count=ks_count)
-    decl = declaration(family, variant)
+    decl = spec.kernarg_decl
     slots, size = decl.layout()
     kernargs, values = [], {}
     for s in slots:

@@ -139,7 +139,7 @@ class KernelSpec:
             return f"dwconv_tma_{dt}_2d_v{self.vec_c}_c{self.bm}x{self.bn}w{self.bk}_w{self.num_warps}s{self.num_stages}_{self.variant}"
         if self.family == "wgrad_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
-            return (f"wgrad_tma_{dt}_2d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
+            return (f"wgrad_tma_{dt}_{self.spatial_dims}d_v{self.vec_c}v{self.vec_k}_{self.bm}x{self.bn}x{self.bk}_t{self.block}"
                     f"_w{self.num_warps}s{self.num_stages}{f'r{self.max_regs}' if self.max_regs else ''}"
                     f"{'_' + self.mode if self.mode else ''}_{self.variant}")  # fmt: skip
         dt = self.dtype + (self.precision if self.precision else "")
@@ -197,7 +197,7 @@ class KernelSpec:
 
     @property
     def kernarg_decl(self):
-        return declaration(self.family, self.variant)
+        return declaration(self.family, self.variant, self.spatial_dims)
 
     def check_problem(self, p: ConvProblem) -> None:
         """Refuse a launch shape that differs from what this kernel baked in."""
@@ -370,8 +370,8 @@ class KernelSpec:
             raise bad(f"wgrad_tma epilogue must be one of {', '.join(TMA_VARIANTS)}")
         if self.variant == "atomic" and self.dw_dtype != "fp32":
             raise bad("the atomic epilogue accumulates into dW, which must be fp32")
-        if self.spatial_dims != 2 or self.pointwise or self.precision:
-            raise bad("wgrad_tma is 2-D, with no pointwise addressing or precision")
+        if self.spatial_dims not in (2, 3) or self.pointwise or self.precision:
+            raise bad("wgrad_tma is 2-D or 3-D, with no pointwise addressing or precision")
         if self.mode not in TMA_MODES:
             raise bad("wgrad_tma mode is '' (one CTA per work unit), 'persistent' (a pool of CTAs walks the units) "
                       "or 'streamk' (a pool of CTAs walks equal ranges of all tiles' iterations)")
@@ -399,6 +399,8 @@ class KernelSpec:
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
                 f"the problem has {p.dtype} / {p.dw_dtype}"
             )
+        if p.spatial_dims != self.spatial_dims:
+            raise AbiError(f"{self.label} runs {self.spatial_dims}-D problems; the problem is {p.spatial_dims}-D")
         why = tma_unsupported(p)
         if why:
             raise AbiError(f"{self.label}: {why}")

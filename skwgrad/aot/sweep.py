@@ -974,18 +974,21 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
         return []
     W = widest_vec(dtype)
     out = []
-    configs = [(c, "") for c in (TMA_SMOKE if preset == "smoke" else TMA_CONFIGS)]
-    configs += [(c, "persistent") for c in (TMA_PERSISTENT if preset != "smoke" else ())]
-    configs += [(c, "streamk") for c in (TMA_STREAMK if preset in ("broad", "full") else ())]
-    for (bm, bn, bk, taps, warps, stages), mode in configs:
+    configs = [(c, "", 2) for c in (TMA_SMOKE if preset == "smoke" else TMA_CONFIGS)]
+    configs += [(c, "persistent", 2) for c in (TMA_PERSISTENT if preset != "smoke" else ())]
+    configs += [(c, "streamk", 2) for c in (TMA_STREAMK if preset in ("broad", "full") else ())]
+    # 3-D (5-D im2col): the 2-D tiles one CTA per work unit; a 3-D layer's reduction (N*Do*Ho*Wo)
+    # is long, which the persistent and stream-K walks are not for
+    configs += [(c, "", 3) for c in (TMA_CONFIGS if preset != "smoke" else ())]
+    for (bm, bn, bk, taps, warps, stages), mode, dims in configs:
         for dw in dw_dtypes(dtype):
             for variant in ("direct", "workspace" if dw == dtype else "atomic"):
                 if variant == "direct" and mode == "streamk":
                     continue
                 if preset == "smoke" and (variant, dw) not in (("workspace", dtype), ("atomic", "fp32")):
                     continue
-                out.append(KernelSpec("wgrad_tma", variant, dtype, dw, vec_c=W, vec_k=W, bm=bm, bn=bn, bk=bk,
-                                      num_warps=warps, num_stages=stages, block=taps, mode=mode,
+                out.append(KernelSpec("wgrad_tma", variant, dtype, dw, spatial_dims=dims, vec_c=W, vec_k=W, bm=bm, bn=bn,
+                                      bk=bk, num_warps=warps, num_stages=stages, block=taps, mode=mode,
                                       max_regs=tma_max_regs(bm, bn, warps)))  # fmt: skip
     return out
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
-from skwgrad.abi.kernargs import Packer, declaration
+from skwgrad.abi.kernargs import Packer
 from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, spec_geometry, takes_pool
 from skwgrad.abi.streamk import WAITING_REDUCTIONS, resolve_pool
 from skwgrad.abi.spec import KernelSpec
@@ -100,7 +100,7 @@ def check_metadata(kernel: Kernel, binary_kind: str | None = None) -> None:
         raise ProblemError(
             f"{what} is a {md['binary_kind']} code object for {kernel.arch}; this device loads {binary_kind}"
         )
-    decl = declaration(spec.family, spec.variant)
+    decl = spec.kernarg_decl
     ka = md["kernarg"]
     tail = int(ka.get("tail_pointers", 0))
     slots, size = decl.layout(tail)
@@ -142,7 +142,7 @@ def load_helper(kernel: Kernel, backend, values: dict) -> HelperLaunch:
     md = kernel.metadata
     threads, shared = int(md["threads"]), int(md["shared"])
     fn = backend.load(kernel.key, kernel.loader, md["name"], threads, shared)
-    decl = declaration(kernel.spec.family, kernel.spec.variant)
+    decl = kernel.spec.kernarg_decl
     tail = int(md["kernarg"].get("tail_pointers", 0))
     backend.check_params(fn, [(s.offset, s.arg.size) for s in decl.layout(tail)[0]])
     packer = Packer(decl, tail)
@@ -194,7 +194,7 @@ class Plan:
 
         # -- code objects ------------------------------------------------------------------
         self._fn = backend.load(kernel.key, kernel.loader, md["name"], self.threads, self.shared)
-        decl = declaration(spec.family, spec.variant)
+        decl = spec.kernarg_decl
         tail = int(md["kernarg"].get("tail_pointers", 0))
         backend.check_params(self._fn, [(s.offset, s.arg.size) for s in decl.layout(tail)[0]])
         part = geo.partition

@@ -1,14 +1,16 @@
-"""Dense 2-D wgrad on sm_90 from TMA im2col + wgmma, written in Gluon (family ``wgrad_tma``).
+"""Dense 2-D and 3-D wgrad on sm_90 from TMA im2col + wgmma, written in Gluon (family ``wgrad_tma``).
 
     dW[k, ky, kx, c] = sum over rows r = (n, ho, wo) of dy[r, k] * x[n, ho*s - p + ky*d, wo*s - p + kx*d, c]
+    (3-D: rows r = (n, do, ho, wo), taps (kz, ky, kx), x[n, do*s - p + kz*d, ...])
 
 Per filter tap this is a plain GEMM, dW_tap (K x C) = dy^T (K x R) @ im2col_tap(x) (R x C), and
 Hopper's TMA builds both operands with no address arithmetic in the loop:
 - dy is the 2-D ``[R, K]`` matrix: a tiled box ``[BK, BM]`` of rows r0..r0+BK, read by the wgmma
   transposed from shared memory (``permute``: an MN-major A operand);
-- x at one tap is TMA's im2col mode over the 4-D ``[N, H, W, C]`` tensor: BK consecutive output
-  positions (crossing rows and images), CB channels, shifted by the tap; positions outside the
-  image load as zero, which is exactly the padding; the traversal stride is the conv stride.
+- x at one tap is TMA's im2col mode over the 4-D ``[N, H, W, C]`` tensor (3-D problems: the 5-D
+  ``[N, D, H, W, C]``, ``DIMS`` = 3): BK consecutive output positions (crossing rows, planes and
+  images), CB channels, shifted by the tap; positions outside the image load as zero, which is
+  exactly the padding; the traversal strides are the conv strides.
 A tile is BM output channels x NT filter taps x CB input channels (BN = NT * CB): NT > 1 shares one
 dy box among NT taps, which pays on few input channels. One producer warp (``warp_specialize``)
 feeds a ring of STAGES slots through empty/ready mbarrier pairs; the MMA warps wait for a full
@@ -89,37 +91,49 @@ def _store_layout(BM, BN, num_warps, out_bits):
 
 
 @gluon.jit
-def _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w):
-    """The im2col coordinate [n, h, w] of reduction row r0 = (n, ho, wo): where its window starts."""
-    n = r0 // HoWo
-    rem = r0 - n * HoWo
-    ho = rem // Wo
-    wo = rem - ho * Wo
-    return n, ho * stride_h - pad_h, wo * stride_w - pad_w
-
-
-@gluon.jit
-def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
-                stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, NT: gl.constexpr):  # fmt: skip
+def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, t0, TAPS, win,
+                STAGES: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """The producer's step ``i`` of the ring: wait for its slot to be free, arm its barrier and issue
     the TMA loads of rows r0.. : one dy box and one im2col box per tap of the tile (the NT taps
-    side by side along N share the dy box)."""
+    side by side along N share the dy box). ``win``: the window scalars (DoHoWo, HoWo, Wo, YX, X,
+    then stride, padding and dilation, each d, h, w; the d ones are trivial for DIMS 2)."""
+    DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
     CB: gl.constexpr = x_desc.block_type.shape[1]
     # expect_tx takes a constant: taps past TAPS (the last group) reload the last tap (masked at the end)
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
     s = i % STAGES
     mbarrier.wait(empty.index(s), (i // STAGES) & 1)
     bar = ready.index(s)
-    n, h, w = _im2col_start(r0, HoWo, Wo, stride_h, stride_w, pad_h, pad_w)
+    # where the window of reduction row r0 = (n, [do,] ho, wo) starts (the depth only in 3-D: a 2-D
+    # kernel's code is what it was before 3-D existed)
+    if DIMS == 3:
+        n = r0 // DoHoWo
+        rem = r0 - n * DoHoWo
+        do = rem // HoWo
+        rem = rem - do * HoWo
+    else:
+        n = r0 // HoWo
+        rem = r0 - n * HoWo
+        do = 0
+    ho = rem // Wo
+    wo = rem - ho * Wo
+    h = ho * stride_h - pad_h
+    w = wo * stride_w - pad_w
     mbarrier.expect(bar, nbytes)
     tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
     for q in gl.static_range(NT):
         tap = gl.minimum(t0 + q, TAPS - 1)
-        tma.async_load_im2col(
-            x_desc, [n, h, w, c0],
-            [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
-            bar, b_bufs.index(s).slice(q * CB, CB, dim=1),
-        )  # fmt: skip
+        dst = b_bufs.index(s).slice(q * CB, CB, dim=1)
+        if DIMS == 3:
+            kz = tap // YX
+            tyx = tap - kz * YX
+            tma.async_load_im2col(
+                x_desc, [n, do * stride_d - pad_d, h, w, c0],
+                [(kz * dil_d).to(gl.int16), ((tyx // X) * dil_h).to(gl.int16), ((tyx % X) * dil_w).to(gl.int16)], bar, dst,
+            )  # fmt: skip
+        else:
+            tma.async_load_im2col(x_desc, [n, h, w, c0], [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
+                                  bar, dst)  # fmt: skip
 
 
 @gluon.jit
@@ -136,12 +150,11 @@ def _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, first, STAGES: gl.constexpr
 
 
 @gluon.jit
-def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, X, dil_h, dil_w, HoWo, Wo,
-              stride_h, stride_w, pad_h, pad_w, STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr):  # fmt: skip
+def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, win,
+              STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """One warp: the TMA loads of this CTA's unit, step by step through the ring."""
     for i in range(n_it):
-        _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (it0 + i) * BK, m0, c0, t0, TAPS, X, dil_h, dil_w,
-                    HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, NT)  # fmt: skip
+        _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (it0 + i) * BK, m0, c0, t0, TAPS, win, STAGES, NT, DIMS)
 
 
 @gluon.jit
@@ -222,8 +235,8 @@ def _tile_origin(tile, tap_groups, c_tiles, KP, NT: gl.constexpr, BM: gl.constex
 
 @gluon.jit
 def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters, CP, KP, TAPS,
-                   X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w,
-                   STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, BM: gl.constexpr, WALK: gl.constexpr):  # fmt: skip
+                   win, STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, BM: gl.constexpr, WALK: gl.constexpr,
+                   DIMS: gl.constexpr):  # fmt: skip
     """The producer warp of a walking CTA (persistent or stream-K): its segments one after the
     other through one ring (a segment's loads start while the MMA warps store the last one)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
@@ -233,8 +246,8 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
         t0, g2, mm0, cc0 = _tile_origin(tile, tap_groups, c_tiles, KP, NT, BM, CB)
         for j in range(n_it):
-            _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (k0 + j) * BK, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, X, dil_h, dil_w,
-                        HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, NT)  # fmt: skip
+            _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (k0 + j) * BK, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS,
+                        win, STAGES, NT, DIMS)  # fmt: skip
             i += 1
         pos = nxt
 
@@ -263,15 +276,17 @@ def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters
 @gluon.jit
 def wgrad_tma(
     dy_desc, x_desc, dw, ws_ptr,
-    HoWo, Wo, C, K, CP, KP, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    DoHoWo, HoWo, Wo, C, K, CP, KP, YX, X, TAPS, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
     m_tiles, c_tiles, ks_iters, total_iters,
-    STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, WALK: gl.constexpr, num_warps: gl.constexpr,
+    STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, WALK: gl.constexpr, DIMS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     BK: gl.constexpr = dy_desc.block_type.shape[0]
     BM: gl.constexpr = dy_desc.block_type.shape[1]
     CB: gl.constexpr = x_desc.block_type.shape[1]
     BN: gl.constexpr = NT * CB
     dtype: gl.constexpr = dy_desc.dtype
+    win = (DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w)
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BM], dy_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [STAGES, BK, BN], x_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -287,7 +302,7 @@ def wgrad_tma(
                 (_walk_consumer, (a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters, total_iters, K, C, KP, CP,
                                   TAPS, STAGES, BM, BN, CB, NT, EPILOGUE, WALK, num_warps)),
                 (_walk_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_tiles, ks_iters, total_iters,
-                                  CP, KP, TAPS, X, dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT, BM, WALK)),
+                                  CP, KP, TAPS, win, STAGES, BK, NT, BM, WALK, DIMS)),
             ],
             [PRODUCER_WARPS],
             [PRODUCER_REGS],
@@ -305,8 +320,8 @@ def wgrad_tma(
     acc = gl.warp_specialize(
         [
             (_consumer, (a_bufs, b_bufs, ready, empty, n_it, STAGES, BM, BN, num_warps)),
-            (_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, X,
-                         dil_h, dil_w, HoWo, Wo, stride_h, stride_w, pad_h, pad_w, STAGES, BK, NT)),
+            (_producer, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, win,
+                         STAGES, BK, NT, DIMS)),
         ],
         [PRODUCER_WARPS],
         [PRODUCER_REGS],
@@ -333,10 +348,10 @@ def descriptor_types(spec) -> dict[str, str]:
     cb = spec.tma_channels
     return {
         "dy_desc": f"tensordesc<{spec.dtype}[{spec.bk},{spec.bm}],{shared_layout(spec.bk, spec.bm)}>",
-        "x_desc": f"tensordesc_im2col<{spec.dtype}[{spec.bk},{cb}],input_rank=4,{shared_layout(spec.bk, cb)}>",
+        "x_desc": f"tensordesc_im2col<{spec.dtype}[{spec.bk},{cb}],input_rank={2 + spec.spatial_dims},{shared_layout(spec.bk, cb)}>",
     }
 
 
 def constexprs(spec) -> dict:
     return {"STAGES": spec.num_stages, "NT": spec.block, "EPILOGUE": EPILOGUES[spec.variant],
-            "WALK": WALKS[spec.mode], "num_warps": spec.num_warps}  # fmt: skip
+            "WALK": WALKS[spec.mode], "DIMS": spec.spatial_dims, "num_warps": spec.num_warps}  # fmt: skip
