@@ -342,10 +342,11 @@ def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:
 TMA_VARIANTS = ("direct", "atomic", "workspace")
 # The depth scalars (DoHoWo: output positions per image, YX: taps per filter plane, stride_d,
 # pad_d, dil_d) are in every declaration, so 2-D and 3-D kernels share one source and signature;
-# a 2-D launch passes its trivial values (DoHoWo = HoWo, YX = TAPS, 1, 0, 1).
+# a 2-D launch passes its trivial values (DoHoWo = HoWo, YX = TAPS, 1, 0, 1). They come last, so a
+# 2-D kernel's other kernargs keep the offsets they had before 3-D existed.
 TMA_SCALARS = (
-    "DoHoWo", "HoWo", "Wo", "C", "K", "CP", "KP", "YX", "X", "TAPS", "stride_d", "stride_h", "stride_w",
-    "pad_d", "pad_h", "pad_w", "dil_d", "dil_h", "dil_w", "m_tiles", "c_tiles", "ks_iters", "total_iters",
+    "HoWo", "Wo", "C", "K", "CP", "KP", "X", "TAPS", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h", "dil_w",
+    "m_tiles", "c_tiles", "ks_iters", "total_iters", "DoHoWo", "YX", "stride_d", "pad_d", "dil_d",
 )  # fmt: skip
 
 

@@ -276,8 +276,8 @@ def _walk_consumer(a_bufs, b_bufs, ready, empty, out, m_tiles, c_tiles, ks_iters
 @gluon.jit
 def wgrad_tma(
     dy_desc, x_desc, dw, ws_ptr,
-    DoHoWo, HoWo, Wo, C, K, CP, KP, YX, X, TAPS, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
-    m_tiles, c_tiles, ks_iters, total_iters,
+    HoWo, Wo, C, K, CP, KP, X, TAPS, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w,
+    m_tiles, c_tiles, ks_iters, total_iters, DoHoWo, YX, stride_d, pad_d, dil_d,
     STAGES: gl.constexpr, NT: gl.constexpr, EPILOGUE: gl.constexpr, WALK: gl.constexpr, DIMS: gl.constexpr,
     num_warps: gl.constexpr,
 ):  # fmt: skip
