@@ -543,3 +543,25 @@ def test_the_tma_loop_on_a_1x1_stride_1_layer_pays_its_own_price():
     assert M.terms(p, sp, spec_geometry(p, sp, threads=128, ks_count=8), arch="sm_90", compute_units=132,
                    occupancy=2).as_dict()["main_iter_tma_pointwise"] == 0.0  # fmt: skip
     assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_pointwise")] > 0
+
+
+def test_the_tma_loop_on_a_3d_layer_pays_its_cu_iterations():
+    """main_iter_tma_3d (model 11) is a 3-D TMA launch's CTA-iterations on its busiest CU (the
+    count main_bytes_tma prices per byte), zero on 2-D layers and for the Triton kernels."""
+    from skwgrad.abi.launch import spec_geometry, tma_geometry
+
+    for dims, text in ((3, "d=8,h=28,w=28,z=3,y=3,x=3,padding=1"), (2, "h=28,w=28,y=3,x=3,padding=1")):
+        p = parse_problem(f"n=8,c=64,k=64,{text},dw_dtype=fp32")
+        s = KernelSpec("wgrad_tma", "atomic", "bf16", "fp32", spatial_dims=dims, vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_warps=4,
+                       num_stages=4, block=1)  # fmt: skip
+        for ks, occ in ((4, 3), (30, 2)):
+            geo = tma_geometry(p, "atomic", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=ks)
+            d = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=occ).as_dict()
+            cu_iters = d["main_bytes_tma"] / (64 * (64 + 64) * 2 / 1024)
+            assert cu_iters == math.ceil(geo.grid / 132) * geo.ks_iters  # a split-K grid's busiest CU
+            assert d["main_iter_tma_3d"] == (pytest.approx(cu_iters) if dims == 3 else 0.0)
+    p = parse_problem("n=8,c=64,k=64,d=8,h=28,w=28,z=3,y=3,x=3,padding=1,dw_dtype=fp32")
+    sw = KernelSpec("wgrad", "atomic", "bf16", "fp32", spatial_dims=3, vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
+    assert M.terms(p, sw, spec_geometry(p, sw, threads=128, ks_count=8), arch="sm_90", compute_units=132,
+                   occupancy=2).as_dict()["main_iter_tma_3d"] == 0.0  # fmt: skip
+    assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_3d")] == pytest.approx(0.125)

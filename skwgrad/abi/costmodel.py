@@ -35,6 +35,10 @@ co-residency on a CU and the CU count):
              launch on a 1x1 stride-1 layer, beyond the TMA loop's own (the im2col descriptor
              walks one tap; the pointwise Triton kernels read x as a plain matrix and ran faster
              than the TMA loop's constants said, relative to them).
+             ``main_iter_tma_3d``: a price per CTA-iteration the busiest CU runs (``cu_iters``) of
+             a TMA launch on a 3-D layer, beyond the TMA loop's own: x's 5-D im2col loads cost the
+             SM more than the 4-D ones the loop's constants were fitted on (a CU's throughput, not
+             one CTA's latency: it fitted the 3-D launches better than a price per path iteration).
              ``main_iter_grouped``: a price per iteration on the critical path of the packed-group
              (``grouped``) loop, which its loads and MMAs alone under-price (cross-validated by shape
              set on 21 sets: 5 more rows within 5% of the fastest, none fewer in any set).
@@ -91,7 +95,7 @@ from skwgrad.abi.launch import LaunchGeometry, tma_groups_per_tile
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 10  # 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 11  # 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -119,6 +123,7 @@ TERMS = (
     "main_loads_narrow", "main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma", "refetch_tma",
     *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
     "main_iter_tma_pointwise",  # model 10
+    "main_iter_tma_3d",  # model 11
 )  # fmt: skip
 
 # Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
@@ -321,6 +326,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         *tma_terms,
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
         float(path) if tma and problem.is_pointwise else 0.0,
+        float(cu_iters) if tma and problem.spatial_dims == 3 else 0.0,
     )  # fmt: skip
     return Terms(values, resident, path)
 
@@ -508,6 +514,14 @@ _TMA_CLASSES_SM90 = (3.1349, 5.54863, 5.39034)
 # 1.025 against 1.028. Held out: W3's sets (best of ~10 launches) 34/35 against 33/35; W4's
 # (every candidate) 38/42 both, geomean 1.014 against 1.018 (benchmarks/RESULTS.md, session 18).
 _TMA_POINTWISE_SM90 = (0.0375495,)
+# main_iter_tma_3d (model 11): H200 run Z1 timed auto and the model's 4 best-ranked 3-D TMA launches
+# of 18 3-D layers (random_3d_2026120401 and the corpus's two): they ran 1.2-2.8x their prediction,
+# the 64x64 three-CTA launches most, so auto took a 3-D TMA launch on every row and ran 0.87x the
+# kernels it took before them. Fitted alone (everything else held), weighted least squares on
+# relative error over the 72 TMA launches: 0.125 us per CTA-iteration of the busiest CU, mean
+# |error| 9.2% (a price per path iteration: 14%). Each row's pick among its timed launches: within
+# 5% of the fastest on 15/18 rows (leave one row out: 15/18, geomean 1.021) against 5/18 (1.307).
+_TMA_3D_SM90 = (0.125,)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
@@ -530,7 +544,8 @@ _BUILTIN: dict[str, tuple] = {
               *_TMA_LOOP_SM90,
               *_CLASSES_SM90,
               *_TMA_CLASSES_SM90,
-              *_TMA_POINTWISE_SM90),
+              *_TMA_POINTWISE_SM90,
+              *_TMA_3D_SM90),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -563,6 +578,7 @@ _DEFAULT_PRIOR = (
     0.02, 0.005, 0.002, 1.0, 0.01, 32.0,  # TMA loop: per iteration on the path, matrix work, bytes landed, per CTA wave (fill), MMA chain, refetch (per MiB per CU: 4.3 TB/s over 132 SMs)
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
     0.0,  # TMA loop on a 1x1 stride-1 layer, per iteration on the path
+    0.0,  # TMA loop on a 3-D layer, per CTA-iteration of the busiest CU
 )
 
 
