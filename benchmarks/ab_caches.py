@@ -58,15 +58,15 @@ def reading_as(ident):
         store._identity = saved
 
 
-def _pairs(p, a, b, backend, occ, top):
+def _pairs(p, a, b, backend, occ, top, families=DENSE):
     """(plan A, plan B, A's choice, is auto's pick) for the launches both caches hold; ``a`` and
-    ``b`` are (cache, identity)."""
+    ``b`` are (cache, identity); the ranked launches are those of ``families``."""
     from skwgrad.launcher.select import all_choices, choose
 
     arch, cus = backend.arch, backend.compute_units
     with reading_as(a[1]):
         auto = choose(p, a[0], arch=arch, cus=cus, occupancy=occ, use_tuned=False)
-        ranked = [c for c in all_choices(p, a[0], arch=arch, cus=cus, occupancy=occ) if c.spec.family in DENSE]
+        ranked = [c for c in all_choices(p, a[0], arch=arch, cus=cus, occupancy=occ) if c.spec.family in families]
         ident = lambda c: (c.kernel.label, c.pool, c.ks_count)  # noqa: E731
         wanted = [auto] + [c for c in ranked if ident(c) != ident(auto)][:top]
         plans_a = [(c, c.plan(p, backend)) for c in wanted]
@@ -75,7 +75,7 @@ def _pairs(p, a, b, backend, occ, top):
         return [(pa, in_b[ident(c)].plan(p, backend), c, c is auto) for c, pa in plans_a if ident(c) in in_b]
 
 
-def ab_problem(p, a, b, backend, *, occ, top, rounds, iters, hold, seed=0):
+def ab_problem(p, a, b, backend, *, occ, top, rounds, iters, hold, seed=0, families=DENSE):
     import numpy as np
 
     from skwgrad.launcher.hostdata import DeviceInputs
@@ -84,7 +84,7 @@ def ab_problem(p, a, b, backend, *, occ, top, rounds, iters, hold, seed=0):
     out = []
     bufs = DeviceInputs.random(p, backend, seed=seed)
     try:
-        for pa, pb, ca, is_auto in _pairs(p, a, b, backend, occ, top):
+        for pa, pb, ca, is_auto in _pairs(p, a, b, backend, occ, top, families):
             res = []
             for pl in (pa, pb):  # one checked launch each, dW poisoned first: B must compute what A computes
                 bufs.poison_dw()
@@ -112,6 +112,7 @@ def main():
     ap.add_argument("--b", required=True, help="cache of the kernel source under test")
     ap.add_argument("--corpus", action="append", required=True)
     ap.add_argument("--top", type=int, default=3, help="the model's best dense launches timed beside auto's pick")
+    ap.add_argument("--families", default=",".join(DENSE), help="comma list: the families whose best-ranked launches are timed")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting new problems after this many seconds")
@@ -136,7 +137,7 @@ def main():
             row = {"name": name, "problem": problem_key(prob)}
             try:
                 row["pairs"] = ab_problem(prob, ca, cb, backend, occ=occ, top=a.top, rounds=a.rounds, iters=a.iters,
-                                          hold=hold)  # fmt: skip
+                                          hold=hold, families=tuple(a.families.split(",")))  # fmt: skip
             except Exception as e:  # noqa: BLE001  (one problem's failure is recorded, the rest still run)
                 row["error"] = f"{type(e).__name__}: {e}"
             rows.append(row)
