@@ -91,49 +91,111 @@ def _store_layout(BM, BN, num_warps, out_bits):
 
 
 @gluon.jit
-def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, t0, TAPS, win,
+def _tap_offsets(t, TAPS, win):
+    """The im2col offsets (kz, ky, kx, each times its dilation) of filter tap ``t``; a tap past
+    TAPS (in the last tap group) loads the last tap (its columns are masked at the end)."""
+    DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
+    tap = gl.minimum(t, TAPS - 1)
+    kz = tap // YX
+    tyx = tap - kz * YX
+    ky = tyx // X
+    return (kz * dil_d).to(gl.int16), (ky * dil_h).to(gl.int16), ((tyx - ky * X) * dil_w).to(gl.int16)
+
+
+@gluon.jit
+def _tile_taps(t0, TAPS, win, NT: gl.constexpr):
+    """The offsets of a tile's NT taps (up to 4), once per tile: the compiler does not hoist a
+    division out of the ring loop (it could trap), and the producer warp's own instructions set
+    the pace of the loop when its stages are short."""
+    o0 = _tap_offsets(t0, TAPS, win)
+    o1 = o0
+    o2 = o0
+    o3 = o0
+    if NT >= 2:
+        o1 = _tap_offsets(t0 + 1, TAPS, win)
+    if NT >= 4:
+        o2 = _tap_offsets(t0 + 2, TAPS, win)
+        o3 = _tap_offsets(t0 + 3, TAPS, win)
+    return o0, o1, o2, o3
+
+
+@gluon.jit
+def _row_position(r0, win):
+    """The output position (n, do, ho, wo) of reduction row r0 (do = 0 in 2-D: DoHoWo = HoWo)."""
+    DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
+    n = r0 // DoHoWo
+    rem = r0 - n * DoHoWo
+    do = rem // HoWo
+    rem = rem - do * HoWo
+    ho = rem // Wo
+    return n, do, ho, rem - ho * Wo
+
+
+@gluon.jit
+def _next_position(n, do, ho, wo, step_h, step_w, Wo, Ho, Do):
+    """The output position BK rows on (step_h, step_w = BK // Wo, BK % Wo): additions, and a
+    division only where the step wraps a plane or an image."""
+    wo = wo + step_w
+    ho = ho + step_h
+    if wo >= Wo:
+        wo = wo - Wo
+        ho = ho + 1
+    if ho >= Ho:
+        do = do + ho // Ho
+        ho = ho % Ho
+        if do >= Do:
+            n = n + do // Do
+            do = do % Do
+    return n, do, ho, wo
+
+
+@gluon.jit
+def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, pos, offs, win,
                 STAGES: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """The producer's step ``i`` of the ring: wait for its slot to be free, arm its barrier and issue
     the TMA loads of rows r0.. : one dy box and one im2col box per tap of the tile (the NT taps
-    side by side along N share the dy box). ``win``: the window scalars (DoHoWo, HoWo, Wo, YX, X,
-    then stride, padding and dilation, each d, h, w; the d ones are trivial for DIMS 2)."""
+    side by side along N share the dy box). ``pos``: row r0's output position (n, do, ho, wo);
+    ``offs``: the tile's tap offsets (``_tile_taps``); ``win``: the window scalars (DoHoWo, HoWo,
+    Wo, YX, X, then stride, padding and dilation, each d, h, w; the d ones trivial for DIMS 2)."""
     DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
+    n, do, ho, wo = pos
     CB: gl.constexpr = x_desc.block_type.shape[1]
     # expect_tx takes a constant: taps past TAPS (the last group) reload the last tap (masked at the end)
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + NT * x_desc.block_type.nbytes
     s = i % STAGES
     mbarrier.wait(empty.index(s), (i // STAGES) & 1)
     bar = ready.index(s)
-    # where the window of reduction row r0 = (n, [do,] ho, wo) starts (the depth only in 3-D: a 2-D
-    # kernel's code is what it was before 3-D existed)
-    if DIMS == 3:
-        n = r0 // DoHoWo
-        rem = r0 - n * DoHoWo
-        do = rem // HoWo
-        rem = rem - do * HoWo
-    else:
-        n = r0 // HoWo
-        rem = r0 - n * HoWo
-        do = 0
-    ho = rem // Wo
-    wo = rem - ho * Wo
-    h = ho * stride_h - pad_h
+    h = ho * stride_h - pad_h  # where the window of row r0 starts
     w = wo * stride_w - pad_w
     mbarrier.expect(bar, nbytes)
     tma.async_load(dy_desc, [r0, m0], bar, a_bufs.index(s))
     for q in gl.static_range(NT):
-        tap = gl.minimum(t0 + q, TAPS - 1)
+        oz, oy, ox = offs[q]
         dst = b_bufs.index(s).slice(q * CB, CB, dim=1)
         if DIMS == 3:
-            kz = tap // YX
-            tyx = tap - kz * YX
-            tma.async_load_im2col(
-                x_desc, [n, do * stride_d - pad_d, h, w, c0],
-                [(kz * dil_d).to(gl.int16), ((tyx // X) * dil_h).to(gl.int16), ((tyx % X) * dil_w).to(gl.int16)], bar, dst,
-            )  # fmt: skip
+            tma.async_load_im2col(x_desc, [n, do * stride_d - pad_d, h, w, c0], [oz, oy, ox], bar, dst)
         else:
-            tma.async_load_im2col(x_desc, [n, h, w, c0], [((tap // X) * dil_h).to(gl.int16), ((tap % X) * dil_w).to(gl.int16)],
-                                  bar, dst)  # fmt: skip
+            tma.async_load_im2col(x_desc, [n, h, w, c0], [oy, ox], bar, dst)
+
+
+@gluon.jit
+def _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, m0, c0, t0, TAPS, win,
+              STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
+    """The producer's steps i.. of one unit or segment: n_it row blocks from block k0 of the tile at
+    tap t0, output channels m0 and input channels c0. The tile's tap offsets and the first row's
+    position are computed once; each step moves the position on by additions."""
+    DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
+    Ho = HoWo // Wo
+    Do = DoHoWo // HoWo
+    step_h = BK // Wo
+    step_w = BK - step_h * Wo
+    offs = _tile_taps(t0, TAPS, win, NT)
+    n, do, ho, wo = _row_position(k0 * BK, win)
+    for j in range(n_it):
+        _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i + j, (k0 + j) * BK, m0, c0, (n, do, ho, wo), offs, win,
+                    STAGES, NT, DIMS)  # fmt: skip
+        n, do, ho, wo = _next_position(n, do, ho, wo, step_h, step_w, Wo, Ho, Do)
+    return i + n_it
 
 
 @gluon.jit
@@ -153,8 +215,7 @@ def _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, first, STAGES: gl.constexpr
 def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, win,
               STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """One warp: the TMA loads of this CTA's unit, step by step through the ring."""
-    for i in range(n_it):
-        _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (it0 + i) * BK, m0, c0, t0, TAPS, win, STAGES, NT, DIMS)
+    _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, 0, it0, n_it, m0, c0, t0, TAPS, win, STAGES, BK, NT, DIMS)
 
 
 @gluon.jit
@@ -245,10 +306,8 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
         t0, g2, mm0, cc0 = _tile_origin(tile, tap_groups, c_tiles, KP, NT, BM, CB)
-        for j in range(n_it):
-            _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, (k0 + j) * BK, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS,
-                        win, STAGES, NT, DIMS)  # fmt: skip
-            i += 1
+        i = _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, win,
+                      STAGES, BK, NT, DIMS)  # fmt: skip
         pos = nxt
 
 
