@@ -91,42 +91,51 @@ def _store_layout(BM, BN, num_warps, out_bits):
 
 
 @gluon.jit
-def _tap_offsets(t, TAPS, win):
+def _tap_offsets(t, TAPS, win, DIMS: gl.constexpr):
     """The im2col offsets (kz, ky, kx, each times its dilation) of filter tap ``t``; a tap past
     TAPS (in the last tap group) loads the last tap (its columns are masked at the end)."""
     DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
     tap = gl.minimum(t, TAPS - 1)
-    kz = tap // YX
-    tyx = tap - kz * YX
+    if DIMS == 3:
+        kz = tap // YX
+        tyx = tap - kz * YX
+    else:
+        kz = 0
+        tyx = tap
     ky = tyx // X
     return (kz * dil_d).to(gl.int16), (ky * dil_h).to(gl.int16), ((tyx - ky * X) * dil_w).to(gl.int16)
 
 
 @gluon.jit
-def _tile_taps(t0, TAPS, win, NT: gl.constexpr):
+def _tile_taps(t0, TAPS, win, NT: gl.constexpr, DIMS: gl.constexpr):
     """The offsets of a tile's NT taps (up to 4), once per tile: the compiler does not hoist a
     division out of the ring loop (it could trap), and the producer warp's own instructions set
     the pace of the loop when its stages are short."""
-    o0 = _tap_offsets(t0, TAPS, win)
+    o0 = _tap_offsets(t0, TAPS, win, DIMS)
     o1 = o0
     o2 = o0
     o3 = o0
     if NT >= 2:
-        o1 = _tap_offsets(t0 + 1, TAPS, win)
+        o1 = _tap_offsets(t0 + 1, TAPS, win, DIMS)
     if NT >= 4:
-        o2 = _tap_offsets(t0 + 2, TAPS, win)
-        o3 = _tap_offsets(t0 + 3, TAPS, win)
+        o2 = _tap_offsets(t0 + 2, TAPS, win, DIMS)
+        o3 = _tap_offsets(t0 + 3, TAPS, win, DIMS)
     return o0, o1, o2, o3
 
 
 @gluon.jit
-def _row_position(r0, win):
-    """The output position (n, do, ho, wo) of reduction row r0 (do = 0 in 2-D: DoHoWo = HoWo)."""
+def _row_position(r0, win, DIMS: gl.constexpr):
+    """The output position (n, do, ho, wo) of reduction row r0 (do = 0 in 2-D)."""
     DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
-    n = r0 // DoHoWo
-    rem = r0 - n * DoHoWo
-    do = rem // HoWo
-    rem = rem - do * HoWo
+    if DIMS == 3:
+        n = r0 // DoHoWo
+        rem = r0 - n * DoHoWo
+        do = rem // HoWo
+        rem = rem - do * HoWo
+    else:
+        n = r0 // HoWo
+        rem = r0 - n * HoWo
+        do = 0
     ho = rem // Wo
     return n, do, ho, rem - ho * Wo
 
@@ -179,18 +188,25 @@ def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, po
 
 
 @gluon.jit
-def _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, m0, c0, t0, TAPS, win,
+def _steps(win, BK: gl.constexpr):
+    """(Ho, Do, step_h, step_w): the output planes' height and the images' depth (1 in 2-D), and one
+    BK-row step as whole output rows and the columns left over; once per CTA."""
+    DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
+    step_h = BK // Wo
+    return HoWo // Wo, DoHoWo // HoWo, step_h, BK - step_h * Wo
+
+
+@gluon.jit
+def _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, m0, c0, t0, TAPS, win, steps,
               STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """The producer's steps i.. of one unit or segment: n_it row blocks from block k0 of the tile at
     tap t0, output channels m0 and input channels c0. The tile's tap offsets and the first row's
-    position are computed once; each step moves the position on by additions."""
+    position are computed once (as many divisions as one step took before); each step moves the
+    position on by additions (``steps``: ``_steps``)."""
     DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
-    Ho = HoWo // Wo
-    Do = DoHoWo // HoWo
-    step_h = BK // Wo
-    step_w = BK - step_h * Wo
-    offs = _tile_taps(t0, TAPS, win, NT)
-    n, do, ho, wo = _row_position(k0 * BK, win)
+    Ho, Do, step_h, step_w = steps
+    offs = _tile_taps(t0, TAPS, win, NT, DIMS)
+    n, do, ho, wo = _row_position(k0 * BK, win, DIMS)
     for j in range(n_it):
         _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i + j, (k0 + j) * BK, m0, c0, (n, do, ho, wo), offs, win,
                     STAGES, NT, DIMS)  # fmt: skip
@@ -215,7 +231,8 @@ def _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, first, STAGES: gl.constexpr
 def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, win,
               STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """One warp: the TMA loads of this CTA's unit, step by step through the ring."""
-    _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, 0, it0, n_it, m0, c0, t0, TAPS, win, STAGES, BK, NT, DIMS)
+    _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, 0, it0, n_it, m0, c0, t0, TAPS, win, _steps(win, BK), STAGES, BK, NT,
+              DIMS)  # fmt: skip
 
 
 @gluon.jit
@@ -302,12 +319,13 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
     other through one ring (a segment's loads start while the MMA warps store the last one)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
     tap_groups, tiles, pos, end = _walk_start(m_tiles, c_tiles, TAPS, ks_iters, total_iters, NT, WALK)
+    steps = _steps(win, BK)
     i = 0
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
         t0, g2, mm0, cc0 = _tile_origin(tile, tap_groups, c_tiles, KP, NT, BM, CB)
         i = _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, win,
-                      STAGES, BK, NT, DIMS)  # fmt: skip
+                      steps, STAGES, BK, NT, DIMS)  # fmt: skip
         pos = nxt
 
 
