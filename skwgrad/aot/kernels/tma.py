@@ -188,23 +188,28 @@ def _load_stage(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, r0, m0, c0, po
 
 
 @gluon.jit
-def _steps(win, BK: gl.constexpr):
+def _steps(win, BK: gl.constexpr, DIMS: gl.constexpr):
     """(Ho, Do, step_h, step_w): the output planes' height and the images' depth (1 in 2-D), and one
-    BK-row step as whole output rows and the columns left over; once per CTA."""
+    BK-row step as whole output rows and the columns left over. Recomputed per segment (independent
+    divisions): kept across a walk they spill the producer's 24 registers."""
     DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
     step_h = BK // Wo
-    return HoWo // Wo, DoHoWo // HoWo, step_h, BK - step_h * Wo
+    if DIMS == 3:
+        Do = DoHoWo // HoWo
+    else:
+        Do = 1
+    return HoWo // Wo, Do, step_h, BK - step_h * Wo
 
 
 @gluon.jit
-def _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, m0, c0, t0, TAPS, win, steps,
+def _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, m0, c0, t0, TAPS, win,
               STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """The producer's steps i.. of one unit or segment: n_it row blocks from block k0 of the tile at
     tap t0, output channels m0 and input channels c0. The tile's tap offsets and the first row's
-    position are computed once (as many divisions as one step took before); each step moves the
-    position on by additions (``steps``: ``_steps``)."""
+    position are computed once (about as many divisions as one step took before); each step moves the
+    position on by additions."""
     DoHoWo, HoWo, Wo, YX, X, stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w = win
-    Ho, Do, step_h, step_w = steps
+    Ho, Do, step_h, step_w = _steps(win, BK, DIMS)
     offs = _tile_taps(t0, TAPS, win, NT, DIMS)
     n, do, ho, wo = _row_position(k0 * BK, win, DIMS)
     for j in range(n_it):
@@ -231,8 +236,7 @@ def _mma_stage(a_bufs, b_bufs, ready, empty, acc, i, first, STAGES: gl.constexpr
 def _producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, it0, n_it, m0, c0, t0, TAPS, win,
               STAGES: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, DIMS: gl.constexpr):  # fmt: skip
     """One warp: the TMA loads of this CTA's unit, step by step through the ring."""
-    _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, 0, it0, n_it, m0, c0, t0, TAPS, win, _steps(win, BK), STAGES, BK, NT,
-              DIMS)  # fmt: skip
+    _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, 0, it0, n_it, m0, c0, t0, TAPS, win, STAGES, BK, NT, DIMS)
 
 
 @gluon.jit
@@ -319,13 +323,12 @@ def _walk_producer(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, m_tiles, c_til
     other through one ring (a segment's loads start while the MMA warps store the last one)."""
     CB: gl.constexpr = x_desc.block_type.shape[1]
     tap_groups, tiles, pos, end = _walk_start(m_tiles, c_tiles, TAPS, ks_iters, total_iters, NT, WALK)
-    steps = _steps(win, BK)
     i = 0
     while pos < end:
         tile, k0, n_it, nxt = _walk_segment(pos, end, ks_iters, total_iters, tiles, WALK)
         t0, g2, mm0, cc0 = _tile_origin(tile, tap_groups, c_tiles, KP, NT, BM, CB)
         i = _run_rows(dy_desc, x_desc, a_bufs, b_bufs, ready, empty, i, k0, n_it, g2 * KP + mm0, g2 * CP + cc0, t0, TAPS, win,
-                      steps, STAGES, BK, NT, DIMS)  # fmt: skip
+                      STAGES, BK, NT, DIMS)  # fmt: skip
         pos = nxt
 
 
