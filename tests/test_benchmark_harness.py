@@ -180,3 +180,26 @@ def test_tma_regs_ab_times_twins_and_before_and_writes_its_summary(tmp_path, mon
     assert s["all_ok"] and s["rows"] == 2 and s["pairs"] == 2
     assert all({"auto", "before"} <= set(r["rows"]) for r in doc["rows"])
     assert s["same_launch_pairs"] >= 1  # a one-CTA launch timed beside its several-CTA twin
+
+
+def test_tma_bk_ab_times_each_launch_beside_its_128_row_twin(tmp_path, monkeypatch, fake_device, fake_cache):
+    import gpu_tma_bk_ab
+    from build_tma_bk_twins import bk_twin, twins
+
+    # the 128-row twins of the default's TMA kernels (added to the module's cache: this test is the file's last)
+    for s in twins(fake_cache, "sm_90"):
+        fake_cache.add(s, "sm_90")
+    assert all(bk_twin(s).bk == 128 and bk_twin(s).num_stages == max(2, s.num_stages // 2)
+               for s in (e.spec for e in fake_cache.find("sm_90", family="wgrad_tma") if e.spec.bk == 64))  # fmt: skip
+    rows = [dict(name="dense", n=8, in_channels=128, out_channels=128, groups=1, h=28, w=28, y=3, x=3, stride=1, padding=1),
+            dict(name="c3d", n=2, in_channels=64, out_channels=64, groups=1, d=6, h=10, w=10, z=3, y=3, x=3, stride=1, padding=1)]  # fmt: skip
+    out = tmp_path / "bk.json"
+    _run(monkeypatch, gpu_tma_bk_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", rows), "--out", str(out),
+                                      "--rounds", "1", "--iters", "1", "--top", "2"])  # fmt: skip
+    doc = json.loads(out.read_text())
+    s = doc["summary"]
+    assert s["all_ok"] and s["rows"] == 2 and s["pairs"] >= 2
+    for r in doc["rows"]:
+        assert {"auto", "before", "o1_0", "o2_0"} <= set(r["rows"])
+        assert "x64_" in r["rows"]["o1_0"]["kernel"] and "x128_" in r["rows"]["o2_0"]["kernel"]
+        assert "x128_" not in r["rows"]["before"]["kernel"]
