@@ -11,7 +11,6 @@ where auto takes the window kernel, ``tma`` times the family's kernel beside it 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -46,16 +45,9 @@ def entrants(p, cache, arch, cus, occ):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--budget-s", type=float, default=200.0)
-    ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
-    a = ap.parse_args()
+    from gpu_fused_ab import ab_parser
+
+    a = ab_parser(__doc__).parse_args()
 
     from compare_auto_tuned import geo
     from gpu_fused_ab import ab_rows

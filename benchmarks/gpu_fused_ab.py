@@ -136,6 +136,24 @@ def summarize(rows):
     return s
 
 
+def ab_parser(doc: str, *, top: int | None = None, end_to_end: bool = True):
+    """The options every A/B script over ``ab_rows`` takes (cache, corpora, output, commit, rounds,
+    iterations, budget; ``--top`` and ``--end-to-end`` where the script has them)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--corpus", action="append", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default="", help="the commit the tree is at (recorded)")
+    if top is not None:
+        ap.add_argument("--top", type=int, default=top, help="how many of the model's best-ranked launches to time")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=200.0, help="stop starting rows after this many seconds")
+    if end_to_end:
+        ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
+    return ap
+
+
 def ab_rows(a, script: str, keep, entrants_of, *, end_to_end: bool) -> dict:
     """The A/B scripts' shared pass (gpu_dwconv_tma_ab, gpu_tma_regs_ab): every row of ``a.corpus``
     that ``keep(problem)`` admits, within ``a.budget_s``, timed with ``run_row`` on the entrants

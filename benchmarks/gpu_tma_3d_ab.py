@@ -14,7 +14,6 @@ so a row's best TMA and best other launch can be set side by side, not only auto
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -77,20 +76,11 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="")
-    ap.add_argument("--top", type=int, default=4, help="the model's best 3-D TMA launches timed beside auto")
-    ap.add_argument("--top-other", type=int, default=3, help="the model's best launches of the other families")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--budget-s", type=float, default=200.0)
-    ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
-    a = ap.parse_args()
+    from gpu_fused_ab import ab_parser, ab_rows
 
-    from gpu_fused_ab import ab_rows
+    ap = ab_parser(__doc__, top=4)  # --top: the model's best 3-D TMA launches timed beside auto
+    ap.add_argument("--top-other", type=int, default=3, help="the model's best launches of the other families")
+    a = ap.parse_args()
 
     keep = lambda p: p.dtype != "fp32" and p.spatial_dims == 3 and (p.c, p.k) != (1, 1)  # noqa: E731
     doc = ab_rows(a, "benchmarks/gpu_tma_3d_ab.py", keep,

@@ -12,7 +12,6 @@ degree and pool (``o2_<n>``: half the steps, each twice as long). Twins: build_t
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -56,19 +55,10 @@ def entrants(p, cache, arch, cus, occ, top):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="")
-    ap.add_argument("--top", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--budget-s", type=float, default=200.0)
-    a = ap.parse_args()
-
     from compare_auto_tuned import geo
-    from gpu_fused_ab import ab_rows
+    from gpu_fused_ab import ab_parser, ab_rows
+
+    a = ab_parser(__doc__, top=3, end_to_end=False).parse_args()
 
     keep = lambda p: p.dtype != "fp32" and (p.c, p.k) != (1, 1)  # noqa: E731
     doc = ab_rows(a, "benchmarks/gpu_tma_bk_ab.py", keep, lambda p, cache, arch, cus, occ: entrants(p, cache, arch, cus, occ, a.top),

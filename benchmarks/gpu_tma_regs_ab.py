@@ -13,7 +13,6 @@ the same split degree or pool (``o2_<n>``) and, for a split launch, at twice the
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -74,20 +73,13 @@ def entrants(p, cache, arch, cus, occ, top, before_only=False, base_regs=0, twin
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default="")
-    ap.add_argument("--top", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--budget-s", type=float, default=200.0)
+    from gpu_fused_ab import ab_parser
+
+    ap = ab_parser(__doc__, top=3)
     ap.add_argument("--before-only", action="store_true", help="time auto, before and cuDNN only")
     ap.add_argument("--base-regs", type=int, default=0, help="the o1 launches' max_regs (0: the one-CTA builds)")
     ap.add_argument("--twin-regs", type=int, default=128, help="the o2 twins' max_regs (128: two CTAs an SM, 80: three)")
     ap.add_argument("--exclude-regs", type=int, default=None, help="before leaves out only the kernels of this max_regs")
-    ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end)")
     a = ap.parse_args()
 
     from compare_auto_tuned import geo

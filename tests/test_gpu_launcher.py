@@ -374,29 +374,21 @@ def test_split_k_every_epilogue(backend, kernels, problem_inputs, shape, variant
         run_checked(backend, plan, inputs, ref)
 
 
-@pytest.mark.parametrize("shape", list(TMA_SHAPES))
-@pytest.mark.parametrize("kind", range(len(TMA_KINDS)))
-def test_tma_every_epilogue_and_walk(backend, kernels, problem_inputs, shape, kind):
+# every TMA kind on every shape of its dims: 2-D (4-D im2col) and 3-D (5-D)
+TMA_CASES = [(shapes[name], kinds[k]) for shapes, kinds in ((TMA_SHAPES, TMA_KINDS), (TMA_3D_SHAPES, TMA_3D_KINDS))
+             for name in shapes for k in range(len(kinds))]  # fmt: skip
+TMA_CASE_IDS = [f"{name}-{k}" for shapes, kinds in ((TMA_SHAPES, TMA_KINDS), (TMA_3D_SHAPES, TMA_3D_KINDS))
+                for name in shapes for k in range(len(kinds))]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", range(len(TMA_CASES)), ids=TMA_CASE_IDS)
+def test_tma_every_epilogue_and_walk(backend, kernels, problem_inputs, case):
     from skwgrad.launcher.plan import Plan
 
     if backend.arch != "sm_90":
         pytest.skip("the TMA im2col family builds for sm_90 only")
-    spec, settings = TMA_KINDS[kind]
-    p, inputs, ref = problem_inputs(TMA_SHAPES[shape], spec.dw_dtype)
-    for setting in settings:
-        plan = Plan(p, kernels[spec], backend, stage2=_stage2(kernels, spec.dw_dtype), **setting)
-        run_checked(backend, plan, inputs, ref)
-
-
-@pytest.mark.parametrize("shape", list(TMA_3D_SHAPES))
-@pytest.mark.parametrize("kind", range(len(TMA_3D_KINDS)))
-def test_tma_3d_every_epilogue(backend, kernels, problem_inputs, shape, kind):
-    from skwgrad.launcher.plan import Plan
-
-    if backend.arch != "sm_90":
-        pytest.skip("the TMA im2col family builds for sm_90 only")
-    spec, settings = TMA_3D_KINDS[kind]
-    p, inputs, ref = problem_inputs(TMA_3D_SHAPES[shape], spec.dw_dtype)
+    text, (spec, settings) = TMA_CASES[case]
+    p, inputs, ref = problem_inputs(text, spec.dw_dtype)
     for setting in settings:
         plan = Plan(p, kernels[spec], backend, stage2=_stage2(kernels, spec.dw_dtype), **setting)
         run_checked(backend, plan, inputs, ref)
