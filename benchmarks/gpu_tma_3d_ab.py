@@ -24,12 +24,20 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 
-def entrants(p, cache, arch, cus, occ, top, top_other):
+def entrants(p, cache, arch, cus, occ, top, top_other, prev_3d_price=None):
+    from dataclasses import replace
+
+    from skwgrad.abi.costmodel import TERMS, builtin
     from skwgrad.launcher.select import all_choices, choose
 
     tma3 = frozenset(e.key for e in cache.find(arch, family="wgrad_tma") if e.spec is not None and e.spec.spatial_dims == 3)
     out = {"auto": choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False),
            "before": choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=tma3)}  # fmt: skip
+    if prev_3d_price is not None:  # auto under the built-in model with another 3-D TMA price
+        m = builtin(arch)
+        c = list(m.constants)
+        c[TERMS.index("main_iter_tma_3d")] = prev_3d_price
+        out["auto_prev"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, model=replace(m, constants=tuple(c)))
     n_tma = n_other = 0
     for c in all_choices(p, cache, arch=arch, cus=cus, occupancy=occ):
         if c.spec.family == "wgrad_tma" and n_tma < top:
@@ -72,6 +80,11 @@ def summarize(rows: list[dict]) -> dict:
     allbest = [(min(v["us"] for v in r["rows"].values() if v.get("us")), us(r, "auto")) for r in timed]
     out["auto_within_5pct_of_best"] = sum(a <= 1.05 * b for b, a in allbest)
     out["auto_over_best"] = geo([a / b for b, a in allbest])
+    prev = [(us(r, "auto_prev"), us(r, "auto")) for r in timed if us(r, "auto_prev")]
+    if prev:
+        out["auto_prev_over_auto"] = geo([p / a for p, a in prev])
+        out["auto_slower_than_prev_5pct_rows"] = sum(a > 1.05 * p for p, a in prev)
+        out["auto_prev_vs_cudnn"] = geo([r["cudnn_us"] / us(r, "auto_prev") for r in timed if us(r, "auto_prev") and r.get("cudnn_us")])
     return out
 
 
@@ -80,11 +93,12 @@ def main():
 
     ap = ab_parser(__doc__, top=4)  # --top: the model's best 3-D TMA launches timed beside auto
     ap.add_argument("--top-other", type=int, default=3, help="the model's best launches of the other families")
+    ap.add_argument("--prev-3d-price", type=float, default=None, help="also time auto_prev: auto at this main_iter_tma_3d price")
     a = ap.parse_args()
 
     keep = lambda p: p.dtype != "fp32" and p.spatial_dims == 3 and (p.c, p.k) != (1, 1)  # noqa: E731
     doc = ab_rows(a, "benchmarks/gpu_tma_3d_ab.py", keep,
-                  lambda p, cache, arch, cus, occ: entrants(p, cache, arch, cus, occ, a.top, a.top_other),
+                  lambda p, cache, arch, cus, occ: entrants(p, cache, arch, cus, occ, a.top, a.top_other, a.prev_3d_price),
                   end_to_end=a.end_to_end)  # fmt: skip
     doc["summary"] = summarize(doc["rows"])
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))

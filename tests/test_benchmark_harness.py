@@ -148,10 +148,11 @@ def test_tma_3d_ab_times_auto_before_and_both_families_on_3d_rows_only(tmp_path,
             dict(name="flat", n=2, in_channels=64, out_channels=64, groups=1, h=14, w=14, y=3, x=3, stride=1, padding=1)]  # fmt: skip
     out = tmp_path / "ab3d.json"
     _run(monkeypatch, gpu_tma_3d_ab, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", rows), "--out", str(out),
-                                      "--rounds", "1", "--iters", "1", "--top", "2", "--top-other", "1"])  # fmt: skip
+                                      "--rounds", "1", "--iters", "1", "--top", "2", "--top-other", "1", "--prev-3d-price", "0.5"])  # fmt: skip
     doc = json.loads(out.read_text())
     s = doc["summary"]
     assert [r["name"] for r in doc["rows"]] == ["c3d", "spatial_s2"]  # the 2-D row is not this script's
+    assert all("auto_prev" in r["rows"] for r in doc["rows"]) and s["auto_prev_over_auto"] is not None
     assert s["all_ok"] and s["timed"] == 2
     for r in doc["rows"]:
         assert {"auto", "before", "tma_0", "tma_1", "other_0"} <= set(r["rows"])

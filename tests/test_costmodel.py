@@ -564,4 +564,4 @@ def test_the_tma_loop_on_a_3d_layer_pays_its_cu_iterations():
     sw = KernelSpec("wgrad", "atomic", "bf16", "fp32", spatial_dims=3, vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
     assert M.terms(p, sw, spec_geometry(p, sw, threads=128, ks_count=8), arch="sm_90", compute_units=132,
                    occupancy=2).as_dict()["main_iter_tma_3d"] == 0.0  # fmt: skip
-    assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_3d")] == pytest.approx(0.125)
+    assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_3d")] > 0
