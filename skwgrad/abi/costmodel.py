@@ -521,11 +521,11 @@ _TMA_POINTWISE_SM90 = (0.0375495,)
 # relative error over the 72 TMA launches: 0.125 us per CTA-iteration of the busiest CU, mean
 # |error| 9.2% (a price per path iteration: 14%). Each row's pick among its timed launches: within
 # 5% of the fastest on 15/18 rows (leave one row out: 15/18, geomean 1.021) against 5/18 (1.307).
-# Refitted after the producer warp lost its divisions (57b544a; run Z5: 3-D launches 0.928x the time):
-# on run Z7's 54 3-D TMA launches (random_3d_2026120405, the new loop) 0.057 us, mean |error| 11.3%
-# against 15.8% at 0.125; each row's pick among its timed launches 7/9 within 5% (geomean 1.039)
-# against 5/9 (1.093). Judged next on random_3d_2026120406, drawn before run Z9.
-_TMA_3D_SM90 = (0.057,)
+# Kept after the producer warp lost its divisions (57b544a; run Z5: 3-D launches 0.928x the time). A
+# refit on run Z7's 54 3-D TMA launches of the new loop gave 0.057 us (mean |error| 11.3% against
+# 15.8%, in-sample picks 7/9 within 5% against 5/9), but on random_3d_2026120406 (run Z9, drawn
+# before it) auto at 0.057 ran 0.986x auto at 0.125 (slower by more than 5% on 2 of 11 rows).
+_TMA_3D_SM90 = (0.125,)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
