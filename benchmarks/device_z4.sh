@@ -17,5 +17,5 @@ python3 -m skwgrad cache import .device/z4b.tar.xz --cache /tmp/pb | tail -1
 timeout 400 python3 benchmarks/ab_caches.py --a /tmp/pa --b /tmp/pb --families wgrad_tma --top 3 --rounds 4 --iters 20 --budget-s 340 \
   --corpus benchmarks/shapes/random_3d_2026120402.csv --corpus tests/data/wgrad_shapes.csv \
   --corpus benchmarks/shapes/random_g_2026120499.csv --corpus benchmarks/shapes/random_2026120500.csv \
-  --out $OUT/producer_ab_z4.json 2>&1 | grep -E "json: |budget|Error" | cut -c1-400
+  --out $OUT/${AB_NAME:-producer_ab_z4}.json 2>&1 | grep -E "json: |budget|Error" | cut -c1-400
 echo "ab rc=$? $(( $(date +%s) - t0 )) s"
