@@ -565,3 +565,30 @@ def test_the_tma_loop_on_a_3d_layer_pays_its_cu_iterations():
     assert M.terms(p, sw, spec_geometry(p, sw, threads=128, ks_count=8), arch="sm_90", compute_units=132,
                    occupancy=2).as_dict()["main_iter_tma_3d"] == 0.0  # fmt: skip
     assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_3d")] > 0
+
+
+def test_a_tma_launch_takes_at_least_its_fill_at_the_sms_ceiling():
+    """TMA_FILL_CEILING bounds a TMA launch from below: the busiest CU's bytes landed in shared
+    memory over the ceiling. On a large layer the 64x64 three-CTA launch asks for more bytes per
+    MAC than that and is predicted at the bound (the terms' sum is far below it), explain names
+    what it adds; a short launch and the Triton kernels are priced by the terms alone."""
+    from skwgrad.abi.launch import spec_geometry, tma_geometry
+
+    m = M.builtin("sm_90")
+    s = KernelSpec("wgrad_tma", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_warps=4, num_stages=4, block=1)
+    big = parse_problem("n=8,c=512,k=512,h=64,w=64,y=3,x=3,padding=2,dilation=2")
+    geo = tma_geometry(big, "workspace", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=2)
+    t = M.terms(big, s, geo, arch="sm_90", compute_units=132, occupancy=3)
+    landed = t.as_dict()["main_bytes_tma"]  # KiB the busiest CU lands
+    assert t.floor_us == pytest.approx(landed / M.TMA_FILL_CEILING["sm_90"])
+    linear = sum(c * x for c, x in zip(m.constants, t.values))
+    assert t.floor_us > 1.2 * linear
+    assert m.predict(t) == t.floor_us
+    assert m.explain(t)["tma_fill_ceiling"] == pytest.approx(t.floor_us - linear)
+    small = parse_problem("n=1,c=64,k=64,h=14,w=14,y=3,x=3,padding=1")
+    ts = M.terms(small, s, tma_geometry(small, "workspace", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=1),
+                 arch="sm_90", compute_units=132, occupancy=3)  # fmt: skip
+    assert 0 < ts.floor_us < m.predict(ts) and "tma_fill_ceiling" not in m.explain(ts)
+    sw = KernelSpec("wgrad", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
+    tw = M.terms(big, sw, spec_geometry(big, sw, threads=128, ks_count=2), arch="sm_90", compute_units=132, occupancy=2)
+    assert tw.floor_us == 0.0

@@ -74,6 +74,11 @@ co-residency on a CU and the CU count):
              slower than its tile's other terms say).
 ``fixed_*``  a fixed cost per (family, variant) class.
 
+``TMA_FILL_CEILING`` is not a price but a bound: a TMA launch takes at least the bytes its busiest CU
+lands in shared memory over the SM's fill ceiling. The linear terms add latency and throughput, so
+they cannot say that a loop which asks for more bytes per MAC than the SM can land (64x64 tiles,
+three CTAs an SM, on a large layer) runs at the ceiling whatever its latency would allow.
+
 Constants are fitted (``fit``) by non-negative least squares on relative error from timed
 candidates (``skwgrad calibrate`` or ``--tune`` runs), each candidate weighted by how close it is
 to its problem's fastest (``ranking_weights``: ranking only has to order those), and stored with
@@ -142,6 +147,16 @@ L2_BYTES = {"sm_90": 50 << 20, "gfx942": 256 << 20, "gfx950": 256 << 20}
 STAGE2_CTAS_PER_CU = 8
 
 
+# The most KiB a TMA loop lands in one SM's shared memory per microsecond, per arch: a bound, not a
+# price (``CostModel.predict`` takes the larger of it and the linear terms). H200 runs Y3-Z9: no
+# one of 844 timed TMA launches passed 135.5 KiB/us; the 64x64 three-CTA launches of large layers
+# ran into it at 1.3-1.85x their linear prediction (deeplab 3x3 512ch 64 px: 395 us against 214
+# predicted, 128x128 persistent 241 us). Taken as the bound over V5-Z9's 227 rows, auto's pick
+# among the timed launches changed on 3 rows, each to a faster launch (deeplab 1.64x -> 1.06x the
+# fastest, vae 1.32x -> 1.00x), and on none to a slower one.
+TMA_FILL_CEILING = {"sm_90": 140.0}
+
+
 @dataclass(frozen=True)
 class Terms:
     """The feature vector of one launch, in ``TERMS`` order, plus what it was computed from."""
@@ -149,6 +164,7 @@ class Terms:
     values: tuple
     resident: int  # r: CTAs per CU on the critical path
     path_iters: int
+    floor_us: float = 0.0  # a bound no constant scales (TMA_FILL_CEILING); 0: none
 
     def as_dict(self) -> dict:
         return dict(zip(TERMS, self.values))
@@ -328,7 +344,8 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         float(path) if tma and problem.is_pointwise else 0.0,
         float(cu_iters) if tma and problem.spatial_dims == 3 else 0.0,
     )  # fmt: skip
-    return Terms(values, resident, path)
+    floor_us = cu_iters * nbytes / TMA_FILL_CEILING[arch] if tma and arch in TMA_FILL_CEILING else 0.0
+    return Terms(values, resident, path, floor_us)
 
 
 @dataclass(frozen=True)
@@ -350,11 +367,15 @@ class CostModel:
             raise ProblemError("cost model constants must be finite and non-negative")
 
     def predict(self, t: Terms) -> float:
-        return sum(c * x for c, x in zip(self.constants, t.values))
+        return max(sum(c * x for c, x in zip(self.constants, t.values)), t.floor_us)
 
     def explain(self, t: Terms) -> dict:
-        """Microseconds per term (the non-zero ones), largest first."""
+        """Microseconds per term (the non-zero ones), largest first; where the fill ceiling binds,
+        ``tma_fill_ceiling`` is the time it adds beyond the terms' sum."""
         parts = {n: c * x for n, c, x in zip(TERMS, self.constants, t.values) if c * x > 0}
+        extra = t.floor_us - sum(parts.values())
+        if extra > 0:
+            parts["tma_fill_ceiling"] = extra
         return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
 
     def to_json(self) -> str:
@@ -633,6 +654,6 @@ def offline_occupancy(metadata: dict, arch: str) -> int:
     return max(1, min(fits + [32]))
 
 
-__all__ = ["TERMS", "MODEL_VERSION", "Terms", "CostModel", "terms", "fit", "ranking_weights", "nnls", "builtin", "default_prior", "offline_occupancy",
+__all__ = ["TERMS", "MODEL_VERSION", "TMA_FILL_CEILING", "Terms", "CostModel", "terms", "fit", "ranking_weights", "nnls", "builtin", "default_prior", "offline_occupancy",
            "padding_us",
            "MODELLED_FAMILIES", "L2_BYTES"]  # fmt: skip
