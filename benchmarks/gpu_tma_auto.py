@@ -22,6 +22,7 @@ import json
 import math
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,21 @@ def stage_twins(choice, cache, arch, stages):
     return out
 
 
-def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=(), top_old=1):
+@contextmanager
+def fill_ceiling_off():
+    """The cost model without its TMA fill ceiling (what ranked before it), for ``auto_prev``."""
+    from skwgrad.abi import costmodel as M
+
+    saved = dict(M.TMA_FILL_CEILING)
+    M.TMA_FILL_CEILING.clear()
+    try:
+        yield
+    finally:
+        M.TMA_FILL_CEILING.update(saved)
+
+
+def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=(), top_old=1,
+            prev_no_fill_ceiling=False, extra=(), extra_n=3):  # fmt: skip
     from ab_timing import verify_and_time
 
     from skwgrad.launcher.baseline import cudnn_time
@@ -62,8 +77,12 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
     from skwgrad.reference import tolerance, wgrad_reference
 
     arch, cus = backend.arch, backend.compute_units
-    auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
-    ranked = rank_choices(p, cache, arch=arch, cus=cus, options=LaunchOptions(), occupancy=occ).choices
+    # kernels on trial (``extra``: configurations the sweep does not build) are timed as trial<i>
+    # only: auto, the other entrants and the row's best are what the shipped default gives
+    trial = frozenset(e.key for e in cache.find(arch) if any(sub in e.label for sub in extra))
+    auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=trial)
+    ranked_all = rank_choices(p, cache, arch=arch, cus=cus, options=LaunchOptions(), occupancy=occ).choices
+    ranked = [c for c in ranked_all if c.kernel.key not in trial]
     olds = [c for c in ranked if c.spec.family != "wgrad_tma"][: max(1, top_old)]
     old = olds[0] if olds else None
     tma_all = [c for c in ranked if c.spec.family == "wgrad_tma"]
@@ -72,15 +91,21 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
         best = next((c for c in tma_all if c.spec.mode == mode), None)
         if best is not None and best not in tma:
             tma.append(best)
+    trials = [c for sub in extra for c in [c for c in ranked_all if sub in c.kernel.label][:extra_n]]
     if twins:  # the same kernels and settings with deeper (or shallower) rings
         tma = tma + [t for c in tma for t in stage_twins(c, cache, arch, twins)]
     entrants = {"auto": auto}
+    if prev_no_fill_ceiling:
+        with fill_ceiling_off():
+            entrants["auto_prev"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=trial)
     if old is not None:
         entrants["auto_old"] = old
     for i, c in enumerate(olds[1:], start=1):
         entrants[f"old{i}"] = c
     for i, c in enumerate(tma):
         entrants[f"tma{i}"] = c
+    for i, c in enumerate(trials):
+        entrants[f"trial{i}"] = c
     bufs = DeviceInputs.random(p, backend, seed=seed)
     out = {"name": name, "problem": p.describe(), "rows": {}}
     try:
@@ -94,9 +119,11 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
     r = out["rows"]
     t = lambda k: r.get(k, {}).get("us")  # noqa: E731
     tma_times = [t(k) for k in r if k.startswith("tma") and t(k)]
-    out["auto_us"], out["auto_old_us"] = t("auto"), t("auto_old")
+    out["auto_us"], out["auto_old_us"], out["auto_prev_us"] = t("auto"), t("auto_old"), t("auto_prev")
     out["tma_best_us"] = min(tma_times) if tma_times else None
-    all_times = [t(k) for k in r if t(k)]
+    all_times = [t(k) for k in r if t(k) and not k.startswith("trial")]
+    trial_times = [t(k) for k in r if k.startswith("trial") and t(k)]
+    out["trial_best_us"] = min(trial_times) if trial_times else None
     out["best_us"] = min(all_times) if all_times else None
     out["all_ok"] = all(x.get("ok") for x in r.values())
     return out
@@ -172,7 +199,9 @@ def summarize(rows: list[dict], all_rows: list[dict]) -> dict:
     return {
         "rows": len(all_rows), "timed": len(rows), "all_ok": all(r.get("all_ok") for r in all_rows if "rows" in r),
         "auto_vs_cudnn": ratio("cudnn_us", "auto_us"), "auto_old_vs_cudnn": ratio("cudnn_us", "auto_old_us"),
-        "auto_speedup_over_old": ratio("auto_old_us", "auto_us"), "best_of_vs_cudnn": ratio("cudnn_us", "best_us"),
+        "auto_speedup_over_old": ratio("auto_old_us", "auto_us"), "auto_speedup_over_prev": ratio("auto_prev_us", "auto_us"),
+        "trial_best_over_best": ratio("best_us", "trial_best_us"),
+        "auto_differs_from_prev": sum(1 for r in rows if "auto_prev" in r["rows"] and r["rows"]["auto_prev"].get("same_as") != "auto"), "best_of_vs_cudnn": ratio("cudnn_us", "best_us"),
         "auto_within_5pct_of_best": sum(1 for r in rows if r.get("best_us") and r["auto_us"] <= 1.05 * r["best_us"]),
         "auto_over_best": ratio("auto_us", "best_us"),
         "auto_takes_tma": sum(1 for r in rows if r["rows"]["auto"]["family"] == "wgrad_tma"),
@@ -192,6 +221,11 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-end-to-end", action="store_true", help="device time only (no host-included calls)")
+    ap.add_argument("--prev-no-fill-ceiling", action="store_true",
+                    help="also time auto_prev: auto under the cost model without its TMA fill ceiling")
+    ap.add_argument("--extra", action="append", default=[],
+                    help="also time the --extra-n best-ranked TMA launches whose kernel label holds this text")
+    ap.add_argument("--extra-n", type=int, default=3)
     ap.add_argument("--stage-twins", default="", help="comma list of ring depths: time each TMA entrant's cached twins at them too")
     args = ap.parse_args()
     import torch
@@ -219,7 +253,8 @@ def main():
                 try:
                     res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,
                                   end_to_end_too=not args.no_end_to_end,
-                                  twins=tuple(int(x) for x in args.stage_twins.split(",") if x), top_old=args.top_old)
+                                  twins=tuple(int(x) for x in args.stage_twins.split(",") if x), top_old=args.top_old,
+                                  prev_no_fill_ceiling=args.prev_no_fill_ceiling, extra=tuple(args.extra), extra_n=args.extra_n)
                 except NoKernelError as e:
                     res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
                 res["corpus"] = Path(corpus).name

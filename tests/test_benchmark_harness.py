@@ -124,6 +124,29 @@ def test_tma_auto_times_every_family_and_writes_its_summary(tmp_path, monkeypatc
     assert doc["summary"]["rows"] == 2
 
 
+def test_tma_auto_times_auto_without_the_fill_ceiling_and_trial_kernels_apart(tmp_path, monkeypatch, fake_device):
+    """--prev-no-fill-ceiling adds auto_prev; --extra times the named kernels as trial<i> only:
+    auto, the other entrants and the row's best never take them (what the shipped default gives)."""
+    import gpu_tma_auto
+
+    from skwgrad.abi import costmodel as M
+
+    dense = [dict(name="d3x3", n=8, in_channels=256, out_channels=256, groups=1, h=28, w=28, y=3, x=3, stride=1, padding=1)]
+    out = tmp_path / "tma.json"
+    sub = "128x128x64_t1_w8s4"
+    _run(monkeypatch, gpu_tma_auto, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", dense), "--out", str(out),
+                                     "--top", "2", "--rounds", "1", "--iters", "1", "--no-end-to-end", "--prev-no-fill-ceiling",
+                                     "--extra", sub, "--extra-n", "2"])  # fmt: skip
+    assert M.TMA_FILL_CEILING["sm_90"] > 0  # put back after each auto_prev
+    row = json.loads(out.read_text())["rows"][0]
+    trials = {k: v for k, v in row["rows"].items() if k.startswith("trial")}
+    assert len(trials) == 2 and all(sub in v["kernel"] and v["ok"] for v in trials.values())
+    assert "auto_prev" in row["rows"] and row["auto_prev_us"]
+    shipped = {k: v for k, v in row["rows"].items() if not k.startswith("trial")}
+    assert not any(sub in v["kernel"] for v in shipped.values())
+    assert row["best_us"] == min(v["us"] for v in shipped.values()) and row["trial_best_us"] == min(v["us"] for v in trials.values())
+
+
 def test_compare_auto_tuned_times_autos_launch_in_the_tuning_run():
     """auto's own launch, looked up in the dry run that timed every candidate: found for every row
     of W4's records, and never faster than that run's fastest (it is one of the candidates)."""
