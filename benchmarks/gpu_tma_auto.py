@@ -22,7 +22,7 @@ import json
 import math
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,8 +66,21 @@ def fill_ceiling_off():
         M.TMA_FILL_CEILING.update(saved)
 
 
+def prev_model(arch: str, constants: dict):
+    """The built-in model of ``arch`` with some constants replaced (name -> value)."""
+    from dataclasses import replace
+
+    from skwgrad.abi.costmodel import TERMS, builtin
+
+    m = builtin(arch)
+    c = list(m.constants)
+    for name, value in constants.items():
+        c[TERMS.index(name)] = value
+    return replace(m, constants=tuple(c))
+
+
 def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=(), top_old=1,
-            prev_no_fill_ceiling=False, extra=(), extra_n=3):  # fmt: skip
+            prev_no_fill_ceiling=False, prev_constants=None, extra=(), extra_n=3):  # fmt: skip
     from ab_timing import verify_and_time
 
     from skwgrad.launcher.baseline import cudnn_time
@@ -95,9 +108,10 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
     if twins:  # the same kernels and settings with deeper (or shallower) rings
         tma = tma + [t for c in tma for t in stage_twins(c, cache, arch, twins)]
     entrants = {"auto": auto}
-    if prev_no_fill_ceiling:
-        with fill_ceiling_off():
-            entrants["auto_prev"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=trial)
+    if prev_no_fill_ceiling or prev_constants:  # auto under the model before a change
+        model = prev_model(arch, prev_constants or {})
+        with fill_ceiling_off() if prev_no_fill_ceiling else nullcontext():
+            entrants["auto_prev"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=trial, model=model)
     if old is not None:
         entrants["auto_old"] = old
     for i, c in enumerate(olds[1:], start=1):
@@ -223,6 +237,8 @@ def main():
     ap.add_argument("--no-end-to-end", action="store_true", help="device time only (no host-included calls)")
     ap.add_argument("--prev-no-fill-ceiling", action="store_true",
                     help="also time auto_prev: auto under the cost model without its TMA fill ceiling")
+    ap.add_argument("--prev-constant", action="append", default=[], metavar="NAME=VALUE",
+                    help="also time auto_prev: auto under the built-in model with this constant replaced (repeatable)")
     ap.add_argument("--extra", action="append", default=[],
                     help="also time the --extra-n best-ranked TMA launches whose kernel label holds this text")
     ap.add_argument("--extra-n", type=int, default=3)
@@ -237,6 +253,7 @@ def main():
     from skwgrad.cache.store import Cache
     from skwgrad.launcher.select import NoKernelError
 
+    prev_constants = {k: float(v) for k, v in (a.split("=", 1) for a in args.prev_constant)}
     backend, occ, hold = timing_device()
     cache = Cache(args.cache)
     doc = {"date": time.strftime("%Y-%m-%d"), "device": backend.device_name, "cus": backend.compute_units,
@@ -254,7 +271,8 @@ def main():
                     res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,
                                   end_to_end_too=not args.no_end_to_end,
                                   twins=tuple(int(x) for x in args.stage_twins.split(",") if x), top_old=args.top_old,
-                                  prev_no_fill_ceiling=args.prev_no_fill_ceiling, extra=tuple(args.extra), extra_n=args.extra_n)
+                                  prev_no_fill_ceiling=args.prev_no_fill_ceiling, prev_constants=prev_constants,
+                                  extra=tuple(args.extra), extra_n=args.extra_n)
                 except NoKernelError as e:
                     res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
                 res["corpus"] = Path(corpus).name
