@@ -98,6 +98,8 @@ def main():
     ap.add_argument("--max-gflop", type=float, default=200.0, help="redraw layers above this (keeps a run short)")
     ap.add_argument("--min-gflop", type=float, default=0.0, help="redraw layers below this (a set of large layers)")
     ap.add_argument("--min-plane", type=int, default=0, help="redraw layers whose output plane (Ho x Wo) has fewer pixels")
+    ap.add_argument("--max-plane", type=int, default=0, help="redraw layers whose output plane has more pixels (0: no limit)")
+    ap.add_argument("--max-channels", type=int, default=0, help="redraw layers with more input or output channels (0: no limit)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from skwgrad.abi.conv import read_corpus
@@ -112,7 +114,10 @@ def main():
         sd, sh, _ = (int(v) for v in str(r["stride"]).split("x")) if "x" in str(r["stride"]) else (1, r["stride"], r["stride"])
         flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] // r["groups"] * r["z"] * r["y"] * r["x"] * (r["h"] // sh) ** 2 * (r["d"] // sd)
         key = tuple(r.values())
-        if not args.min_gflop <= flop / 1e9 <= args.max_gflop or (r["h"] // sh) ** 2 < args.min_plane or key in seen:
+        plane = (r["h"] // sh) ** 2
+        if (not args.min_gflop <= flop / 1e9 <= args.max_gflop or plane < args.min_plane or key in seen
+                or (args.max_plane and plane > args.max_plane)
+                or (args.max_channels and max(r["in_channels"], r["out_channels"]) > args.max_channels)):  # fmt: skip
             continue
         seen.add(key)
         kind = "" if r["groups"] == 1 else ("dw_" if r["groups"] == r["in_channels"] else f"g{r['groups']}_")

@@ -136,7 +136,7 @@ def test_tma_auto_times_auto_without_the_fill_ceiling_and_trial_kernels_apart(tm
     sub = "128x128x64_t1_w8s4"
     _run(monkeypatch, gpu_tma_auto, ["--cache", "x", "--corpus", _corpus(tmp_path / "c.csv", dense), "--out", str(out),
                                      "--top", "2", "--rounds", "1", "--iters", "1", "--no-end-to-end", "--prev-no-fill-ceiling",
-                                     "--extra", sub, "--extra-n", "2", "--prev-constant", "main_iter_tma_shared_plane=0"])  # fmt: skip
+                                     "--extra", sub, "--extra-n", "2", "--prev-constant", "main_iter_tma_partial_box=0"])  # fmt: skip
     assert M.TMA_FILL_CEILING["sm_90"] > 0  # put back after each auto_prev
     row = json.loads(out.read_text())["rows"][0]
     trials = {k: v for k, v in row["rows"].items() if k.startswith("trial")}

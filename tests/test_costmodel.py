@@ -594,24 +594,36 @@ def test_a_tma_launch_takes_at_least_its_fill_at_the_sms_ceiling():
     assert tw.floor_us == 0.0
 
 
-def test_co_resident_tma_ctas_on_a_large_plane_pay_their_cu_iterations():
-    """main_iter_tma_shared_plane (model 12) is a TMA launch's CTA-iterations on its busiest CU when
-    two or more of its CTAs share an SM on a layer of LARGE_PLANE output pixels or more; zero with
-    one CTA an SM, on a smaller plane, and for the Triton kernels."""
+def test_co_resident_tma_ctas_pay_their_cu_iterations_by_the_share_of_partial_boxes():
+    """main_iter_tma_partial_box (model 12) is a TMA launch's CTA-iterations on its busiest CU times
+    the share of its boxes that reach past the channels, when two or more of its CTAs share an SM;
+    zero on full boxes, with one CTA an SM, and for the Triton kernels. The plane does not enter."""
     from skwgrad.abi.launch import spec_geometry, tma_geometry
 
-    s = KernelSpec("wgrad_tma", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_warps=4, num_stages=4, block=1)
-    for h, occ, want in ((112, 3, True), (112, 1, False), (56, 3, False), (100, 2, True), (99, 2, False)):
-        p = parse_problem(f"n=8,c=64,k=64,h={h},w={h},y=3,x=3,padding=1,dw_dtype=fp32")
-        assert (p.ho * p.wo >= M.LARGE_PLANE) == (h >= 100)
-        geo = tma_geometry(p, "atomic", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=40)
-        t = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=occ)
-        d = t.as_dict()
-        cu_iters = math.ceil(geo.grid / 132) * geo.ks_iters
-        assert d["main_iter_tma_shared_plane"] == (cu_iters if want else 0.0), (h, occ)
-        assert (t.resident >= 2) == (occ >= 2)
-    p = parse_problem("n=8,c=64,k=64,h=112,w=112,y=3,x=3,padding=1,dw_dtype=fp32")
+    def spec(bm, bn, block):
+        return KernelSpec("wgrad_tma", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=bm, bn=bn, bk=64, num_warps=4,
+                          num_stages=4, block=block)  # fmt: skip
+
+    # (K, C, tile, share): a dy box per iteration and `block` x boxes of bn // block channels each
+    for k, c, (bm, bn, block), share in ((128, 128, (64, 64, 1), 0.0), (32, 128, (64, 64, 1), 0.5),
+                                         (64, 96, (64, 64, 1), 0.25), (32, 96, (64, 64, 1), 0.75),
+                                         (64, 128, (128, 64, 1), 0.5), (192, 64, (128, 64, 1), 0.25),
+                                         (64, 48, (64, 128, 2), 2 / 3)):  # fmt: skip
+        s = spec(bm, bn, block)
+        assert M.tma_partial_box_share(parse_problem(f"n=4,c={c},k={k},h=28,w=28,y=3,x=3,padding=1"), s) == pytest.approx(share)
+        for h in (28, 112):
+            p = parse_problem(f"n=4,c={c},k={k},h={h},w={h},y=3,x=3,padding=1,dw_dtype=fp32")
+            geo = tma_geometry(p, "atomic", bm=bm, bn=bn, bk=64, taps_per_tile=block, ks_count=40)
+            cu_iters = math.ceil(geo.grid / 132) * geo.ks_iters
+            for occ in (1, 3):
+                t = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=occ)
+                want = cu_iters * share if t.resident >= 2 else 0.0
+                assert t.as_dict()["main_iter_tma_partial_box"] == pytest.approx(want), (k, c, h, occ)
+    # a grouped layer's boxes are those of its packed groups: 8 groups of 8 channels fill 64
+    g = parse_problem("n=4,c=64,k=64,g=8,h=28,w=28,y=3,x=3,padding=1")
+    assert M.tma_partial_box_share(g, spec(64, 64, 1)) == 0.0
+    p = parse_problem("n=8,c=96,k=32,h=112,w=112,y=3,x=3,padding=1,dw_dtype=fp32")
     sw = KernelSpec("wgrad", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
     assert M.terms(p, sw, spec_geometry(p, sw, threads=128, ks_count=40), arch="sm_90", compute_units=132,
-                   occupancy=3).as_dict()["main_iter_tma_shared_plane"] == 0.0  # fmt: skip
-    assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_shared_plane")] > 0
+                   occupancy=3).as_dict()["main_iter_tma_partial_box"] == 0.0  # fmt: skip
+    assert M.builtin("sm_90").constants[M.TERMS.index("main_iter_tma_partial_box")] > 0

@@ -39,11 +39,15 @@ co-residency on a CU and the CU count):
              a TMA launch on a 3-D layer, beyond the TMA loop's own: x's 5-D im2col loads cost the
              SM more than the 4-D ones the loop's constants were fitted on (a CU's throughput, not
              one CTA's latency: it fitted the 3-D launches better than a price per path iteration).
-             ``main_iter_tma_shared_plane``: a price per CTA-iteration the busiest CU runs of a TMA
-             launch with two or more CTAs an SM on a layer whose output plane (Ho x Wo) is
-             ``LARGE_PLANE`` pixels or more: measured, those launches ran 1.45-1.55x their prediction
-             while the one-CTA kernels on the same layers ran 1.08-1.15x and every kernel on smaller
-             planes about 1.0x (the co-resident CTAs walk far-apart stretches of a long reduction).
+             ``main_iter_tma_partial_box``: a price per CTA-iteration the busiest CU runs of a TMA
+             launch with two or more CTAs an SM, times the share of its TMA boxes that reach past
+             the tensor's channels (``tma_partial_box_share``: the dy box of a last output-channel
+             block that K does not fill, the x boxes of a last input-channel block that C does not
+             fill). Measured, such launches ran up to twice the time per iteration of the same tile
+             on full boxes (64 output channels on a 128-row tile: 0.41-0.50 us per CTA-iteration of
+             the busiest CU, 128 channels: 0.22), and the same GEMM at 112 and at 28 px ran the same
+             151 us (H200 run A3): not the plane, the boxes. A CTA alone on its SM waits on its own
+             MMA chain and hides it.
              ``main_iter_grouped``: a price per iteration on the critical path of the packed-group
              (``grouped``) loop, which its loads and MMAs alone under-price (cross-validated by shape
              set on 21 sets: 5 more rows within 5% of the fastest, none fewer in any set).
@@ -101,11 +105,11 @@ from dataclasses import dataclass
 
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
-from skwgrad.abi.launch import LaunchGeometry, tma_groups_per_tile
+from skwgrad.abi.launch import LaunchGeometry, grouped_packed, tma_groups_per_tile
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 12  # 12: the TMA loop's extra price per CTA-iteration of the busiest CU with co-resident CTAs on a large output plane; 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 12  # 12: the TMA loop's extra price per CTA-iteration of the busiest CU with co-resident CTAs, by the share of its boxes partly past the channels; 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -134,10 +138,8 @@ TERMS = (
     *(f"fixed_{_CLASS_PREFIX[f]}_{v}" for f, v in CLASSES),
     "main_iter_tma_pointwise",  # model 10
     "main_iter_tma_3d",  # model 11
-    "main_iter_tma_shared_plane",  # model 12
+    "main_iter_tma_partial_box",  # model 12
 )  # fmt: skip
-# Output plane (Ho x Wo pixels) from which main_iter_tma_shared_plane prices a TMA launch's co-resident CTAs.
-LARGE_PLANE = 100 * 100
 
 # Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
 # the reference parts: H200 989/495/67 TF dense bf16/tf32/fp32; MI300X 1307/654/163;
@@ -191,6 +193,18 @@ SPILL_FREE_BYTES = 512
 # Warps a CU must hold to hide its loads' latency (H200 cross-validation: 12, 16 and 24 rank alike;
 # 8 ranks as if the term were absent).
 LOAD_HIDING_WARPS = 16
+
+
+def tma_partial_box_share(problem: ConvProblem, spec) -> float:
+    """The share of a ``wgrad_tma`` launch's TMA boxes that reach past the channels of the packed
+    problem, averaged over its tiles: per CTA-iteration one dy box (BM output channels; partial in
+    the last block of each group when BM does not divide K) and ``block`` x boxes (CB input
+    channels each; partial in the last block when CB does not divide C)."""
+    cb = spec.tma_channels
+    packed = grouped_packed(problem, tma_groups_per_tile(problem, spec.bm, cb))
+    dy = (1.0 if packed.k % spec.bm else 0.0) / math.ceil(packed.k / spec.bm)
+    x = (1.0 if packed.c % cb else 0.0) / math.ceil(packed.c / cb)
+    return (dy + spec.block * x) / (1 + spec.block)
 
 
 def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute_units: int, occupancy: int,
@@ -351,7 +365,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         *(1.0 if ("wgrad" if spec.family == "grouped" else spec.family, v) == c else 0.0 for c in CLASSES),
         float(path) if tma and problem.is_pointwise else 0.0,
         float(cu_iters) if tma and problem.spatial_dims == 3 else 0.0,
-        float(cu_iters) if tma and resident >= 2 and problem.ho * problem.wo >= LARGE_PLANE else 0.0,
+        cu_iters * tma_partial_box_share(problem, spec) if tma and resident >= 2 else 0.0,
     )  # fmt: skip
     floor_us = cu_iters * nbytes / TMA_FILL_CEILING[arch] if tma and arch in TMA_FILL_CEILING else 0.0
     return Terms(values, resident, path, floor_us)
@@ -556,14 +570,17 @@ _TMA_POINTWISE_SM90 = (0.0375495,)
 # 15.8%, in-sample picks 7/9 within 5% against 5/9), but on random_3d_2026120406 (run Z9, drawn
 # before it) auto at 0.057 ran 0.986x auto at 0.125 (slower by more than 5% on 2 of 11 rows).
 _TMA_3D_SM90 = (0.125,)
-# main_iter_tma_shared_plane (model 12): over the product's timings of runs V5-A1 (1808 launches, 267
-# rows with two or more; each kernel's metadata from its cache), the TMA launches on output planes of
-# 100x100 or more ran 1.31x their prediction (178 launches), those with two or three CTAs an SM
-# 1.45-1.55x (97), the one-CTA ones 1.08-1.15x, and every family elsewhere about 1.0x. Chosen from
-# 0.02-0.16 by the pick among each row's timed launches, leaving one run out at a time (12 runs):
-# 0.08 in 11 of the 12, and the held-out picks within 5% of the fastest on 208/267 rows, geomean
-# 1.0309, against 204/267 and 1.0363 without the term (benchmarks/RESULTS.md, session 22).
-_TMA_SHARED_PLANE_SM90 = (0.08,)
+# main_iter_tma_partial_box (model 12): over the product's timings of runs V5-A2 (2029 launches, 293
+# rows with two or more; each kernel's metadata from its cache), TMA launches with two or three CTAs
+# an SM ran 1.09x their prediction on full boxes (388), 1.33x with up to half their boxes partial
+# (113) and 1.43x beyond (107); one CTA an SM 0.97x, 1.06x and 1.09x (few channels are typical of
+# layers of large planes, where a first version of this term priced the plane and picked better
+# on sets drawn before run A2, 7 of 8 changed rows faster; run A3 then found the plane was not the
+# cause). Chosen from 0-0.3 by the pick among each row's timed launches, one run left out at a time
+# (13 runs): 0.2 in every fold; the held-out picks within 5% of the fastest on 233/293 rows, geomean
+# 1.0288, against 220/293 and 1.0416 without the term and 228/293, 1.0329 with the plane's; mean
+# |log error| of the TMA launches 0.130 against 0.155 (benchmarks/RESULTS.md, session 22).
+_TMA_PARTIAL_BOX_SM90 = (0.2,)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
@@ -588,7 +605,7 @@ _BUILTIN: dict[str, tuple] = {
               *_TMA_CLASSES_SM90,
               *_TMA_POINTWISE_SM90,
               *_TMA_3D_SM90,
-              *_TMA_SHARED_PLANE_SM90),
+              *_TMA_PARTIAL_BOX_SM90),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -622,7 +639,7 @@ _DEFAULT_PRIOR = (
     0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,  # fixed per class
     0.0,  # TMA loop on a 1x1 stride-1 layer, per iteration on the path
     0.0,  # TMA loop on a 3-D layer, per CTA-iteration of the busiest CU
-    0.0,  # TMA loop with co-resident CTAs on a large output plane, per CTA-iteration of the busiest CU
+    0.0,  # TMA loop with co-resident CTAs, per CTA-iteration of the busiest CU times its partial boxes' share
 )
 
 
@@ -673,6 +690,6 @@ def offline_occupancy(metadata: dict, arch: str) -> int:
     return max(1, min(fits + [32]))
 
 
-__all__ = ["TERMS", "MODEL_VERSION", "TMA_FILL_CEILING", "LARGE_PLANE", "Terms", "CostModel", "terms", "fit", "ranking_weights", "nnls", "builtin", "default_prior", "offline_occupancy",
+__all__ = ["TERMS", "MODEL_VERSION", "TMA_FILL_CEILING", "tma_partial_box_share", "Terms", "CostModel", "terms", "fit", "ranking_weights", "nnls", "builtin", "default_prior", "offline_occupancy",
            "padding_us",
            "MODELLED_FAMILIES", "L2_BYTES"]  # fmt: skip
