@@ -94,7 +94,7 @@ def test_the_packer_takes_tensor_maps_and_i64_and_refuses_anything_else():
         (dict(variant="atomic", dw="bf16"), "must be fp32"),
         (dict(taps=3), "1, 2 or 4"),
         (dict(dims=1), "2-D or 3-D"),
-        (dict(bn=64, taps=4), "at least 32"),
+        (dict(bn=128, taps=4), "at least 64"),
         (dict(warps=2), "num_warps is 4 or 8"),
         (dict(variant="direct", mode="streamk"), "never direct"),
         (dict(bm=32), "power of two in \\[64, 256\\]"),

@@ -386,8 +386,8 @@ class KernelSpec:
             v = getattr(self, name)
             if v < 64 or v > 256 or v & (v - 1):
                 raise bad(f"{name} must be a power of two in [64, 256] (a wgmma warpgroup tile)")
-        if self.tma_channels < 32:
-            raise bad("wgrad_tma: bn / block (input channels per tap, the im2col box width) must be at least 32")
+        if self.tma_channels < 64:
+            raise bad("wgrad_tma: bn / block (input channels per tap) must be at least 64")
         if self.num_warps not in (4, 8) or not 2 <= self.num_stages <= 8:
             raise bad("wgrad_tma: num_warps is 4 or 8 (MMA warpgroups), num_stages 2..8")
 
