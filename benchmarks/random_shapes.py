@@ -100,6 +100,9 @@ def main():
     ap.add_argument("--min-plane", type=int, default=0, help="redraw layers whose output plane (Ho x Wo) has fewer pixels")
     ap.add_argument("--max-plane", type=int, default=0, help="redraw layers whose output plane has more pixels (0: no limit)")
     ap.add_argument("--max-channels", type=int, default=0, help="redraw layers with more input or output channels (0: no limit)")
+    ap.add_argument("--min-channels", type=int, default=0, help="redraw layers with fewer input channels")
+    ap.add_argument("--filter", type=int, default=0, help="redraw layers whose filter is not this wide (0: any)")
+    ap.add_argument("--stride", type=int, default=0, help="redraw layers of another stride (0: any)")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from skwgrad.abi.conv import read_corpus
@@ -117,7 +120,9 @@ def main():
         plane = (r["h"] // sh) ** 2
         if (not args.min_gflop <= flop / 1e9 <= args.max_gflop or plane < args.min_plane or key in seen
                 or (args.max_plane and plane > args.max_plane)
-                or (args.max_channels and max(r["in_channels"], r["out_channels"]) > args.max_channels)):  # fmt: skip
+                or (args.max_channels and max(r["in_channels"], r["out_channels"]) > args.max_channels)
+                or r["in_channels"] < args.min_channels or (args.filter and r["x"] != args.filter)
+                or (args.stride and sh != args.stride)):  # fmt: skip
             continue
         seen.add(key)
         kind = "" if r["groups"] == 1 else ("dw_" if r["groups"] == r["in_channels"] else f"g{r['groups']}_")
