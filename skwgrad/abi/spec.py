@@ -421,8 +421,8 @@ class KernelSpec:
         widest = 16 // DTYPE_BYTES[self.dtype]
         if (self.vec_c, self.vec_k) != (widest, widest):
             raise bad(f"dwconv_tma loads 16-byte channel vectors: vec_c = vec_k = {widest}")
-        if self.bn not in (3, 5, 7):
-            raise bad("dwconv_tma: bn (the square filter's width) is 3, 5 or 7")
+        if self.bn not in (3, 5):
+            raise bad("dwconv_tma: bn (the square filter's width) is 3 or 5")
         for name, lo, hi in (("bm", 16, 128), ("bk", 8, 128)):
             v = getattr(self, name)
             if v < lo or v > hi or v & (v - 1):

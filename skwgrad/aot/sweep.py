@@ -999,7 +999,7 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
 # 256+ channels it was timed on (H200, session 19; the tenth, 256 ch 28 px: 4% behind 16 x 32).
 # Selection takes it from DWCONV_TMA_MIN_CHANNELS (skwgrad.launcher.select). 80 registers (3x3),
 # 160 (5x5), 61-67 KB of shared memory, no spills.
-DWCONV_TMA_CONFIGS = ((3, 32, 16, 4, 3), (5, 32, 16, 4, 3), (7, 32, 16, 4, 3))
+DWCONV_TMA_CONFIGS = ((3, 32, 16, 4, 3), (5, 32, 16, 4, 3))
 
 
 def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
