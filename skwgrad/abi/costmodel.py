@@ -569,7 +569,12 @@ _TMA_POINTWISE_SM90 = (0.0375495,)
 # refit on run Z7's 54 3-D TMA launches of the new loop gave 0.057 us (mean |error| 11.3% against
 # 15.8%, in-sample picks 7/9 within 5% against 5/9), but on random_3d_2026120406 (run Z9, drawn
 # before it) auto at 0.057 ran 0.986x auto at 0.125 (slower by more than 5% on 2 of 11 rows).
-_TMA_3D_SM90 = (0.125,)
+# Run Z9's failure came before model 12: with main_iter_tma_partial_box pricing the few-channel 3-D
+# layers where the TMA loop is slow, a lower 3-D price picks better. Chosen from 0-0.125 one run
+# left out at a time over the 81 3-D rows of runs Z2-A4: 0.02 in 5 of 7 folds (0 in the others);
+# held-out picks within 5% of the fastest on 64/81 rows, geomean 1.028, against 58/81 and 1.049 at
+# 0.125 (session 22; judged on random_3d_2026120419, drawn before run A8).
+_TMA_3D_SM90 = (0.02,)
 # main_iter_tma_partial_box (model 12): over the product's timings of runs V5-A2 (2029 launches, 293
 # rows with two or more; each kernel's metadata from its cache), TMA launches with two or three CTAs
 # an SM ran 1.09x their prediction on full boxes (388), 1.33x with up to half their boxes partial
