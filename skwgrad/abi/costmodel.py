@@ -573,7 +573,8 @@ _TMA_POINTWISE_SM90 = (0.0375495,)
 # layers where the TMA loop is slow, a lower 3-D price picks better. Chosen from 0-0.125 one run
 # left out at a time over the 81 3-D rows of runs Z2-A4: 0.02 in 5 of 7 folds (0 in the others);
 # held-out picks within 5% of the fastest on 64/81 rows, geomean 1.028, against 58/81 and 1.049 at
-# 0.125 (session 22; judged on random_3d_2026120419, drawn before run A8).
+# 0.125 (session 22). Run A8, random_3d_2026120419 drawn before it: auto 1.096x auto at 0.125, 5 of
+# the 6 rows it changed faster.
 _TMA_3D_SM90 = (0.02,)
 # main_iter_tma_partial_box (model 12): over the product's timings of runs V5-A2 (2029 launches, 293
 # rows with two or more; each kernel's metadata from its cache), TMA launches with two or three CTAs
