@@ -25,19 +25,16 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 
 def entrants(p, cache, arch, cus, occ, top, top_other, prev_3d_price=None):
-    from dataclasses import replace
+    from gpu_tma_auto import prev_model
 
-    from skwgrad.abi.costmodel import TERMS, builtin
     from skwgrad.launcher.select import all_choices, choose
 
     tma3 = frozenset(e.key for e in cache.find(arch, family="wgrad_tma") if e.spec is not None and e.spec.spatial_dims == 3)
     out = {"auto": choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False),
            "before": choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=tma3)}  # fmt: skip
     if prev_3d_price is not None:  # auto under the built-in model with another 3-D TMA price
-        m = builtin(arch)
-        c = list(m.constants)
-        c[TERMS.index("main_iter_tma_3d")] = prev_3d_price
-        out["auto_prev"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, model=replace(m, constants=tuple(c)))
+        model = prev_model(arch, {"main_iter_tma_3d": prev_3d_price})
+        out["auto_prev"] = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, model=model)
     n_tma = n_other = 0
     for c in all_choices(p, cache, arch=arch, cus=cus, occupancy=occ):
         if c.spec.family == "wgrad_tma" and n_tma < top:

@@ -257,6 +257,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
     fp32_in = spec.dtype == "fp32"
     loads = spec.bk * (spec.bm / max(1, spec.vec_k) + spec.bn / max(1, spec.vec_c)) / 1024.0
     nbytes = spec.bk * (spec.bm + spec.bn) * elt / 1024.0  # KiB per CTA-iteration
+    landed = cu_iters * nbytes  # KiB the busiest CU loads (TMA: lands in shared memory)
     # loads beyond 16-byte ones, per thread (4 warps = 1): a narrow kernel's threads issue them in turn
     full = 16 // elt
     narrow_loads = spec.bk * (spec.bm * (1.0 / max(1, spec.vec_k) - 1.0 / full) + spec.bn * (1.0 / max(1, spec.vec_c) - 1.0 / full))
@@ -343,14 +344,14 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         # before the first wgmma) and sets up its barriers: many short splits pay it many times
         # main_chain_tma: one MMA warp's wgmma chain on the path (its own rate: the TMA loop waits on
         # mbarriers, not on its own loads, so its chain is not the Triton loop's)
-        tma_terms = (float(path), cu_iters * mac, cu_iters * nbytes, float(waves), path * mac_warp, refetch_tma)
+        tma_terms = (float(path), cu_iters * mac, landed, float(waves), path * mac_warp, refetch_tma)
         chain = 0.0
         loads = narrow_loads = 0.0
         own = (0.0, 0.0, 0.0)
     else:
         tma_terms = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         chain = path * mac_warp
-        own = (float(path), 0.0 if fp32_in else cu_iters * mac, cu_iters * nbytes)
+        own = (float(path), 0.0 if fp32_in else cu_iters * mac, landed)
     values = (
         own[0], chain, own[1], cu_iters * loads,
         own[2], epilogue, float(fix_serial), fix_bytes, fix_atomic, stage2_bytes, float(launches), dram,
@@ -367,7 +368,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         float(cu_iters) if tma and problem.spatial_dims == 3 else 0.0,
         cu_iters * tma_partial_box_share(problem, spec) if tma and resident >= 2 else 0.0,
     )  # fmt: skip
-    floor_us = cu_iters * nbytes / TMA_FILL_CEILING[arch] if tma and arch in TMA_FILL_CEILING else 0.0
+    floor_us = landed / TMA_FILL_CEILING[arch] if tma and arch in TMA_FILL_CEILING else 0.0
     return Terms(values, resident, path, floor_us)
 
 
