@@ -1,0 +1,101 @@
+"""Depthwise window kernels on the build machine: registers, spills and the SASS of the main loop
+per configuration (sm_90), before any GPU time is spent on them.
+
+    python benchmarks/dw_sass.py --spec bf16:bf16:7:win7:32x32x4:v8 --spec bf16:bf16:7:win7r7:64x4x4:v2 [--out F.json]
+
+A spec is ``dtype:dw_dtype:X:mode:BCxBPxWARPS:vVEC`` (a 2-D dwconv window kernel, workspace
+epilogue for a dW in the input dtype, atomic for fp32). Reported: registers, stack bytes, the
+instructions of the innermost backward-branch loop that holds FFMAs, their FFMA / LDG / conversion
+(PRMT, SHF, IMAD.U32, F2F, HADD2.F32) counts, and instructions per multiply-add product per thread:
+one trip is BP strips x BW columns x X taps x TR tap rows x BC channels over the CTA's threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "benchmarks" / "mainloop"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def parse(s: str):
+    from skwgrad.abi.spec import KernelSpec
+
+    dt, dw, x, mode, cfg, vec = s.split(":")
+    bc, bp, warps = (int(v) for v in cfg.split("x"))
+    variant = "workspace" if dw == dt != "fp32" else "atomic"
+    return KernelSpec(
+        "dwconv", variant, dt, dw, spatial_dims=2, vec_c=int(vec[1:]), vec_k=int(vec[1:]),
+        bm=bc, bn=int(x), bk=bp, num_warps=warps, num_stages=1, precision="ieee" if dt == "fp32" else "", mode=mode,
+    )  # fmt: skip
+
+
+def ffma_loop(insns, labels):
+    best = None
+    for i, (_, text) in enumerate(insns):
+        m = re.search(r"\bBRA\b.*?`?\(?\.?(L_x_\d+)\)?", text)
+        if not m or m.group(1) not in labels:
+            continue
+        j = labels[m.group(1)]
+        if j > i:
+            continue
+        body = [t for _, t in insns[j : i + 1]]
+        if sum("FFMA" in t for t in body) >= 8 and (best is None or (i - j) > (best[1] - best[0])):
+            best = (j, i)  # the largest FFMA loop: the strip loop (unrolled bodies hold no inner loop)
+    return best
+
+
+def analyse(spec):
+    from sass import sass_lines
+
+    from skwgrad.aot.compile import compile_spec
+
+    ck = compile_spec(spec, "sm_90")
+    insns, labels, _text, regs = sass_lines(bytes(ck.binary))
+    win = spec.dwconv_window
+    threads = spec.num_warps * 32
+    products = spec.bk * win.bw * spec.bn * win.tr * spec.bm / threads
+    res = {"label": spec.label, "regs": regs, "stack": ck.metadata.get("stack", None), "products_per_thread": products}
+    loop = ffma_loop(insns, labels)
+    if loop is None:
+        res["loop"] = None
+        return res
+    body = [t for _, t in insns[loop[0] : loop[1] + 1]]
+
+    def count(pat):
+        return sum(1 for t in body if re.search(pat, t))
+
+    res.update(
+        loop_insns=len(body), ffma=count(r"\bFFMA\b"), ldg=count(r"\bLDG\b"), stl=count(r"\bSTL\b|\bLDL\b"),
+        convert=count(r"\bPRMT\b|\bSHF\b|IMAD\.U32|\bF2F|HADD2\.F32|\bLOP3\b"),
+        per_product=round(len(body) / products, 3),
+    )  # fmt: skip
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", action="append", required=True)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    rows = []
+    for s in a.spec:
+        try:
+            r = analyse(parse(s))
+        except Exception as e:  # a configuration that does not compile is a result too
+            r = {"spec": s, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        r["spec"] = s
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    if a.out:
+        Path(a.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
