@@ -1,30 +1,17 @@
 #!/usr/bin/env bash
-# H200 session, part 2 (2026-12-01): the PyTorch model bench (`torch`), the pruned default vs broad
-# (`presets`), or the depthwise window-kernel bench (`dw`), or the issue-12 main-loop experiment
-# (`mainloop`); everything under one tar in $OUT (the device returns few files).
+# H200, session 23 (issue 11): depthwise window kernels whose warps read fewer, fuller cache lines (B1 found
+# the 7x7 kernel neither L2- nor issue-bound: all 7 tap rows in one CTA ran 0.77x). Same loop, same SASS, more
+# channels per CTA: a warp load then covers 2-4 pixels of 64-128 bytes instead of 8-16 pixels of 32-64
+# bytes. 3x3 (fresh sets random_dw3_2026120425, random_dw3_2026120426), 5x5 and 7x7 (B1's sets) and the corpus.
+# gpu_dw_configs_ab.py: every launch verified three times against float64, dW and workspace poisoned.
+# Build (CPU): compile-all --corpus each set into a copy of b1cache; build_dw_configs.py with the --config
+#   list below; skwgrad cache export. Carried: .whl, .device/b2.tar.xz.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-R=/tmp/r2; mkdir -p $R
-for part in "$@"; do
-  t0=$(date +%s)
-  case $part in
-  torch)
-    python3 -m skwgrad cache import .device/b.tar.xz --cache /tmp/kc | tail -1
-    SKWGRAD_CACHE=/tmp/kc timeout 330 python3 benchmarks/gpu_torch_model.py --out $R/torch_model.json --budget-s 275 > $R/torch_model.log 2>&1
-    echo "torch rc=$?"; tail -40 $R/torch_model.log ;;
-  mainloop)
-    timeout 170 python3 benchmarks/mainloop/run.py --out $R/mainloop.json > $R/mainloop.log 2>&1
-    echo "mainloop rc=$?"; tail -25 $R/mainloop.log ;;
-  presets)
-    python3 -m skwgrad cache import .device/p.tar.xz --cache /tmp/pc | tail -1
-    timeout 250 python3 benchmarks/compare_presets.py --cache /tmp/pc --out $R/compare_presets.json > $R/compare_presets.log 2>&1
-    echo "presets rc=$?"; tail -3 $R/compare_presets.log ;;
-  dw)
-    tar -C .device -xJf .device/dw2.tar.xz
-    timeout 220 python3 benchmarks/gpu_depthwise.py run --kernels .device/dwkernels2 --out $R/depthwise.json --budget-s 170 > $R/depthwise.log 2>&1
-    echo "dw rc=$?"; tail -40 $R/depthwise.log ;;
-  esac
-  echo "$part: $(( $(date +%s) - t0 )) s"
-done
-tar -C $R -cJf $OUT/b2_$(echo "$@" | tr ' ' _).tar.xz .
+source benchmarks/device_setup.sh .device/b2.tar.xz
+S=benchmarks/shapes
+timeout 540 python3 benchmarks/gpu_dw_configs_ab.py --cache /tmp/pc --corpus $S/random_dw3_2026120425.csv --corpus $S/random_dw3_2026120426.csv \
+  --corpus $S/random_dw7_2026120424.csv --corpus $S/random_dw5_2026120423.csv --corpus tests/data/wgrad_shapes.csv \
+  --config 7:win7:64x16x4 --config 7:win7:64x32x8 --config 7:win7r2:64x16x4 --config 7:win7:128x8x4 \
+  --config 5:win7r5:32x8x4 --config 5:win7r5:64x4x4 --config 3:win7r3:32x32x4 --config 3:win7r3:64x16x4 --config 3:win7r3:64x32x8 \
+  --commit "${X_COMMIT:-}" --budget-s 480 --out $OUT/dw_configs_b2.json 2>&1 | cut -c1-400 | tail -80
+echo "ab rc=$? $(( $(date +%s) - t0 )) s"
