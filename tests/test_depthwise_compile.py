@@ -16,7 +16,8 @@ from skwgrad.abi import codeobject
 from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import parse_problem
 from skwgrad.abi.kernargs import declaration
-from skwgrad.abi.launch import (DWCONV_MIN_STEPS, DWCONV_WIN_ATOMIC_COST, DWCONV_WIN_CTA_COST, DWCONV_WIN_CTAS_PER_CU, DWCONV_WIN_RESIDENT,
+from skwgrad.abi.launch import (DWCONV_MIN_STEPS, DWCONV_WIN_ATOMIC_COST, DWCONV_WIN_CTA_COST, DWCONV_WIN_CTAS_PER_CU,
+                                DWCONV_WIN_FIT_CHANNELS_PER_THREAD, DWCONV_WIN_RESIDENT,
                                 DWCONV_WIN_SEARCH_CTAS_PER_CU, dwconv_geometry, dwconv_ks_count, dwconv_tiling, dwconv_window,
                                 grouped_ks_count, launch_geometry)  # fmt: skip
 from skwgrad.abi.spec import KernelSpec
@@ -287,7 +288,8 @@ def _win_cost(p, bc, br, mode, ks, cus):
     ks = -(-t.iters_per_tile // iters)
     waves = -(-ks * t.num_tiles // (DWCONV_WIN_RESIDENT.get((w.tr, w.sw), DWCONV_WIN_CTAS_PER_CU) * cus))
     taps = w.tr * p.x
-    return waves * (DWCONV_WIN_CTA_COST + iters * br * w.bw * taps) + DWCONV_WIN_ATOMIC_COST * ks * min(bc, p.g) * taps
+    per_channel = (bc / 128) / DWCONV_WIN_FIT_CHANNELS_PER_THREAD.get((w.tr, w.sw, p.x), 16 / 128)
+    return waves * (DWCONV_WIN_CTA_COST + iters * br * w.bw * taps * per_channel) + DWCONV_WIN_ATOMIC_COST * ks * min(bc, p.g) * taps
 
 
 WIN_ROWS = [  # (problem, BC, BR, mode): the default's window configurations, few to many channel blocks
@@ -338,6 +340,21 @@ def test_window_ks_follows_waves_and_atomics():
     ks = dwconv_ks_count(big, bc=16, br=16, compute_units=cus, mode="win7r5")
     assert ks * 4 > 2 * cus
     assert ks > dwconv_ks_count(big, bc=16, br=16, compute_units=cus, mode="win7r5", ctas_per_cu=2)
+
+
+def test_window_ks_prices_channels_per_thread():
+    """The 32-channel 3x3 kernel (32 strips: a step is the same 1024 channel-strips over 128 threads
+    as the 16-channel kernel's 64) is priced like that one: the same CTAs in all where both have whole
+    channel blocks. The same 32 channels over a wave64 CTA (256 threads) hold half as many a thread
+    and split no more."""
+    cus = 132
+    p = parse_problem("n=32,c=256,k=256,g=256,h=56,w=56,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
+    narrow = dwconv_ks_count(p, bc=16, br=64, compute_units=cus, mode="win7r3", resident=2)
+    wide = dwconv_ks_count(p, bc=32, br=32, compute_units=cus, mode="win7r3", resident=2)
+    ctas_wide, ctas_narrow = wide * dwconv_tiling(p, 32, 1, 32, "win7r3").num_tiles, narrow * dwconv_tiling(p, 16, 1, 64, "win7r3").num_tiles
+    assert abs(ctas_wide - ctas_narrow) < 16  # the same searched CTAs per CU, up to the degree's rounding
+    wave64 = dwconv_ks_count(p, bc=32, br=32, compute_units=cus, mode="win7r3", resident=2, threads=256)
+    assert wave64 <= wide
 
 
 def test_window_split_fills_the_sms_on_small_layers():

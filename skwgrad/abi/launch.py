@@ -186,6 +186,13 @@ DWCONV_WIN_ATOMIC_COST = 2  # one split's atomic add of one dW element, serializ
 # 32 channels (sweep.DWCONV_WINDOW_BC_WAVE32) 168 -> 3, win7s2 95-107 -> 4). A kernel the table does
 # not name: DWCONV_WIN_CTAS_PER_CU. On the GPU the device's occupancy query replaces the table.
 DWCONV_WIN_RESIDENT = {(3, 1): 2, (3, 2): 3, (5, 1): 4, (1, 1): 3, (1, 2): 4}
+# Channels per thread (BC over the CTA's threads) the two costs were fitted at, by (TR, SW, X) where
+# not 16 / 128 (the sm_90 16-channel builds): the 7x7 stride-1 kernel's 32 / 128 (run U5). A CTA
+# whose threads hold more channels does proportionally more work a step, so the loop term scales
+# by channels per thread over this: the 32-channel 3x3 kernel (32 strips) then costs a step what the
+# 16-channel one (64 strips) does. H200 run B2, that kernel at three degrees on 18 rows: the scaled
+# rule's degree within 5% of the best on 16 (geomean 1.020), the unscaled one's on 13 (1.044).
+DWCONV_WIN_FIT_CHANNELS_PER_THREAD = {(1, 1, 7): 32 / 128}
 
 
 class DwWindow(NamedTuple):
@@ -235,7 +242,7 @@ def dwconv_tiling(problem: ConvProblem, bc: int, taps: int, br: int, mode: str =
 
 
 def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: int, ctas_per_cu: int | None = None,
-                    mode: str = "", resident: int | None = None, fill_wave: bool = True) -> int:  # fmt: skip
+                    mode: str = "", resident: int | None = None, fill_wave: bool = True, threads: int = 128) -> int:  # fmt: skip
     """The split-K degree. With ``ctas_per_cu`` (the search's override), and for gather kernels
     (at DWCONV_CTAS_PER_CU): ``ctas_per_cu * compute_units`` CTAs over the channel blocks, each
     split keeping at least DWCONV_MIN_STEPS steps (DWCONV_WIN_MIN_STEPS for window kernels),
@@ -244,7 +251,8 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
     CTAs plus the atomics of the splits into one channel block's dW; fewer splits on a tie).
     ``compute_units``: the device's CU/SM count (offline: ``Arch.compute_units``); ``resident``:
     the kernel's co-resident CTAs per CU (the device's occupancy query, or the estimate from its
-    metadata; None: DWCONV_WIN_RESIDENT, the sm_90 16-bit builds'). ``fill_wave``: filling the SMs (above;
+    metadata; None: DWCONV_WIN_RESIDENT, the sm_90 16-bit builds'); ``threads``: the kernel's threads per CTA
+    (a window step's cost per channel grows with channels per thread). ``fill_wave``: filling the SMs (above;
     False: the rule before it, for A/B runs)."""
     win = dwconv_window(mode)
     if ctas_per_cu is None and win.bw:
@@ -254,7 +262,8 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
         best = None
         for c in DWCONV_WIN_SEARCH_CTAS_PER_CU:
             ks = dwconv_ks_count(problem, bc=bc, br=br, compute_units=compute_units, ctas_per_cu=c, mode=mode, fill_wave=fill_wave)
-            cost = _dwconv_win_cost(problem, t, win, bc=bc, br=br, ks_count=ks, compute_units=compute_units, resident=resident)
+            cost = _dwconv_win_cost(problem, t, win, bc=bc, br=br, ks_count=ks, compute_units=compute_units, resident=resident,
+                                    threads=threads)  # fmt: skip
             if best is None or cost < best[0]:
                 best = (cost, ks)
         return best[1]
@@ -272,7 +281,7 @@ def dwconv_ks_count(problem: ConvProblem, *, bc: int, br: int, compute_units: in
 
 
 def _dwconv_win_cost(problem: ConvProblem, t: Tiling, win: DwWindow, *, bc: int, br: int, ks_count: int,
-                     compute_units: int, resident: int | None = None) -> float:  # fmt: skip
+                     compute_units: int, resident: int | None = None, threads: int = 128) -> float:  # fmt: skip
     """A window launch's cost in multiply-adds per channel (DWCONV_WIN_CTA_COST's comment): the
     launch ``ks_count`` resolves to (steps per split, non-empty splits), in whole waves of
     DWCONV_WIN_RESIDENT CTAs per CU, plus its splits' atomics into one channel block's dW."""
@@ -283,7 +292,9 @@ def _dwconv_win_cost(problem: ConvProblem, t: Tiling, win: DwWindow, *, bc: int,
         resident = DWCONV_WIN_RESIDENT.get((win.tr, win.sw), DWCONV_WIN_CTAS_PER_CU)
     waves = math.ceil(ks * t.num_tiles / (resident * compute_units))
     taps = win.tr * problem.x  # the taps of one CTA: TR rows of the filter
-    loop = waves * (DWCONV_WIN_CTA_COST + iters * br * win.bw * taps)
+    # a CTA's threads share its bc channels: a step's time per channel grows with channels per thread
+    per_channel = (bc / threads) / DWCONV_WIN_FIT_CHANNELS_PER_THREAD.get((win.tr, win.sw, problem.x), 16 / 128)
+    loop = waves * (DWCONV_WIN_CTA_COST + iters * br * win.bw * taps * per_channel)
     return loop + DWCONV_WIN_ATOMIC_COST * ks * min(bc, problem.g) * taps
 
 

@@ -232,17 +232,18 @@ def _two_stage_cap(problem: ConvProblem) -> int:
     return (I32_MAX - 255) // (4 * problem.dw_numel)
 
 
-def _family_ks(problem: ConvProblem, s, cus: int, resident: int | None = None) -> int:
+def _family_ks(problem: ConvProblem, s, cus: int, resident: int | None = None, threads: int = 128) -> int:
     """The split-K degree rule of the depthwise and packed-group families (``skwgrad.abi.launch``);
-    ``resident``: the kernel's co-resident CTAs per CU, which the depthwise window rule prices waves by."""
+    ``resident``: the kernel's co-resident CTAs per CU, which the depthwise window rule prices waves
+    by; ``threads``: its threads per CTA (the window rule's cost of a step per channel)."""
     if s.family == "dwconv":
-        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, mode=s.mode, resident=resident)
+        return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, mode=s.mode, resident=resident, threads=threads)
     return grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
 
 
 def _special_ks(problem: ConvProblem, k: Kernel, cus: int) -> int:
     """That degree, as kernel ``k``'s epilogue can take it."""
-    return _as_epilogue_takes(problem, k, _family_ks(problem, k.spec, cus))
+    return _as_epilogue_takes(problem, k, _family_ks(problem, k.spec, cus, threads=k.metadata["threads"]))
 
 
 def _as_epilogue_takes(problem: ConvProblem, k: Kernel, ks: int) -> int:
@@ -599,13 +600,24 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
 # layers below 128 channels or at 57-112 px; in the product (run X7, 14 layers of 256-768 channels
 # drawn before they were timed) 1.113x, faster on 12; at 184-200 channels mixed (0.84-1.14).
 DWCONV_TMA_MIN_CHANNELS = 256
+# ... for 5x5 filters: on 3x3 layers of 376-768 channels the 32-channel window kernel ran 1.04-1.26x
+# faster than the family (H200 run B2, 6 of 6 layers drawn before the run).
+DWCONV_TMA_FILTERS = (5,)
+# Depthwise layers of more than this many channels take the widest cached channel block of their
+# window kernel (sweep.DWCONV_WINDOW_WIDE_WAVE32), the others the narrowest: with few channels a
+# wider block leaves fewer CTAs per split and masked lanes (H200 run B2, 3x3 stride 1: 32 channels
+# against 16 at the split rule's degree, 1.089x on the 13 rows of 72-768 channels, 0.65-0.93x on
+# the 5 of 16-64).
+DWCONV_WIN_WIDE_MIN_CHANNELS = 64
 
 
 def _dwconv_tma_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
-    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels on a cached ``dwconv_tma`` kernel
+    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels and a filter of DWCONV_TMA_FILTERS on a cached ``dwconv_tma`` kernel
     that admits it (atomic for an fp32 dW, workspace with Stage-2 for a 16-bit one), at the family's
     split rule; None otherwise (deterministic runs too: its adds are atomic)."""
-    if problem.g < DWCONV_TMA_MIN_CHANNELS or o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
+    if problem.g < DWCONV_TMA_MIN_CHANNELS or problem.x not in DWCONV_TMA_FILTERS:
+        return None
+    if o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
         return None
     ks_all = sorted(candidates(cache, arch, problem, family="dwconv_tma", exclude=exclude), key=lambda k: k.label)
     for k in ks_all:
@@ -651,14 +663,16 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
         # the strip width that loads the fewest x vectors per output row (_strip_loads), the widest
         # on ties (H200 runs W6, X1: at 57 and 113 px, where 5 saves 3-5% of the columns, strips of
         # 7 were as fast or 7% faster)
+        # the channel block by the layer's channels (DWCONV_WIN_WIDE_MIN_CHANNELS)
+        wide = -1 if problem.g > DWCONV_WIN_WIDE_MIN_CHANNELS else 1
         rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn, _strip_loads(problem, k.spec), -k.spec.dwconv_window.bw),  # noqa: E731
-                              k.spec.mode != "taps", k.label)  # fmt: skip
+                              k.spec.mode != "taps", wide * k.spec.bm, k.label)  # fmt: skip
     else:
         rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
     ks_all.sort(key=rank_key)
     lead = ks_all[0]
     same_config = [k for k in ks_all if rank_key(k)[:2] == rank_key(lead)[:2]]
-    n = _family_ks(problem, lead.spec, cus, resident=_occ(occupancy, lead, arch))
+    n = _family_ks(problem, lead.spec, cus, resident=_occ(occupancy, lead, arch), threads=lead.metadata["threads"])
     if o.reduction != "auto":
         prefs = (o.reduction,)
     elif n == 1:
@@ -673,6 +687,8 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
                 continue
             if variant == "atomic" and problem.dw_dtype != "fp32":
                 continue
+            if k.spec.bm != lead.spec.bm:  # another channel block: its own degree
+                n = _family_ks(problem, k.spec, cus, resident=_occ(occupancy, k, arch), threads=k.metadata["threads"])
             kn = 1 if variant == "direct" else max(n, 1)
             if variant == "two_stage":
                 kn = max(1, min(kn, _two_stage_cap(problem)))
