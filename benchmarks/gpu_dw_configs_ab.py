@@ -4,7 +4,8 @@
 
 Per 2-D depthwise row, in one process on one device (``gpu_fused_ab.run_row``: every launch verified
 three times against float64 with dW and the workspace poisoned, medians of event-timed launches in
-interleaved rounds, cuDNN beside): ``auto``; ``shipped``, the default's window kernel of the row's
+interleaved rounds, cuDNN beside): ``auto``; ``before``, what auto took before the 32-channel 3x3
+window kernels (``before_choice``); ``shipped``, the default's window kernel of the row's
 filter at the family's split rule; and each ``--config`` (``build_dw_configs.py``'s format) cached
 for the row, at the rule's degree for that kernel (``c<i>``), twice it (``c<i>_x2``) and half it
 (``c<i>_h2``), so a configuration is not judged by a rule fitted to another one.
@@ -35,6 +36,20 @@ def shipped_config(p) -> str | None:
     return f"{p.x}:{mode}:{DWCONV_WINDOW_BC_WAVE32.get(mode, 16)}x{bp}x4"
 
 
+def before_choice(p, cache, arch, cus, occ):
+    """What auto took before the 32-channel 3x3 window kernels (fbac82e's parent): the TMA
+    depthwise family for 3x3 too, the narrowest channel block (the split rule is the same for the
+    kernels it took then: their channels per thread are the ones it was fitted at)."""
+    from skwgrad.launcher import select as S
+
+    saved = S.DWCONV_TMA_FILTERS, S.DWCONV_WIN_WIDE_MIN_CHANNELS
+    S.DWCONV_TMA_FILTERS, S.DWCONV_WIN_WIDE_MIN_CHANNELS = (3, 5), 1 << 30
+    try:
+        return S.choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
+    finally:
+        S.DWCONV_TMA_FILTERS, S.DWCONV_WIN_WIDE_MIN_CHANNELS = saved
+
+
 def entrants(p, cache, arch, cus, occ, configs):
     from build_dw_configs import config_spec
 
@@ -42,7 +57,7 @@ def entrants(p, cache, arch, cus, occ, configs):
     from skwgrad.launcher.select import _as_epilogue_takes, _family_ks, choose
 
     auto = choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
-    out = {"auto": auto}
+    out = {"auto": auto, "before": before_choice(p, cache, arch, cus, occ)}
     if auto.spec.family not in ("dwconv", "dwconv_tma"):
         return out
     variant = auto.spec.variant
@@ -66,7 +81,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", required=True)
     ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--config", action="append", required=True)
+    ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--out", required=True)
     ap.add_argument("--commit", default="")
     ap.add_argument("--rounds", type=int, default=3)
@@ -93,8 +108,6 @@ def main():
             print("budget spent; rows left out", flush=True)
             break
         ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.config)
-        if len(ent) < 2:
-            continue
         r = run_row(p, name, backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent, end_to_end_too=False)
         r["labels"] = {k: v.spec.label for k, v in ent.items()}
         r["ks"] = {k: v.ks_count for k, v in ent.items()}
@@ -118,6 +131,15 @@ def main():
             "faster_rows": sum(1 for x, y in pairs if y < x),
             "at_rule_over_best": geo([r["rows"][f"c{i}"]["us"] / best(r, f"c{i}") for r in doc["rows"] if r["rows"].get(f"c{i}", {}).get("us")]),
         }  # fmt: skip
+    ab = [(r["rows"]["before"]["us"], r["rows"]["auto"]["us"], r["labels"]["before"] != r["labels"]["auto"] or r["ks"]["before"] != r["ks"]["auto"])
+          for r in doc["rows"] if r["rows"].get("before", {}).get("us") and r["rows"]["auto"].get("us")]  # fmt: skip
+    s["before_over_auto_geomean"] = geo([b / x for b, x, _ in ab])  # > 1: auto is faster than before
+    s["changed_rows"] = sum(1 for *_, c in ab if c)
+    s["changed_before_over_auto_geomean"] = geo([b / x for b, x, c in ab if c])
+    s["changed_faster_rows"] = sum(1 for b, x, c in ab if c and x < b)
+    s["before_over_cudnn_geomean"] = geo([r["cudnn_us"] / r["rows"]["before"]["us"] for r in doc["rows"] if r.get("cudnn_us") and r["rows"].get("before", {}).get("us")])
+    s["at_1_5x_cudnn_auto"] = sum(1 for r in doc["rows"] if r.get("cudnn_us") and r["rows"]["auto"].get("us") and r["cudnn_us"] / r["rows"]["auto"]["us"] >= 1.5)
+    s["lowest_auto_over_cudnn"] = min((r["cudnn_us"] / r["rows"]["auto"]["us"] for r in doc["rows"] if r.get("cudnn_us") and r["rows"]["auto"].get("us")), default=None)
     cud = [(r["cudnn_us"], min(x["us"] for x in r["rows"].values() if x.get("us"))) for r in doc["rows"] if r.get("cudnn_us")]
     s["best_over_cudnn_geomean"] = geo([c / b for c, b in cud])  # > 1: faster than cuDNN
     s["auto_over_cudnn_geomean"] = geo([r["cudnn_us"] / r["rows"]["auto"]["us"] for r in doc["rows"] if r.get("cudnn_us") and r["rows"]["auto"].get("us")])
