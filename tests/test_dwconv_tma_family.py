@@ -136,7 +136,7 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     c = F.FakeCache()
     for it in sweep("default", ["sm_90"], ["bf16", "fp32"]):
         c.add(it.spec, it.arch)
-    assert S.DWCONV_TMA_MIN_CHANNELS == 256 and S.DWCONV_TMA_FILTERS == (5,)
+    assert S.DWCONV_TMA_MIN_CHANNELS == 256
     big = parse_problem("n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,dtype=bf16,dw_dtype=fp32")
     ch = S.choose(big, c, arch="sm_90", cus=132)
     assert ch.spec.family == "dwconv_tma" and ch.spec.variant == "atomic" and ch.ks_count == 22 and ch.stage2 is None
@@ -144,7 +144,7 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     assert ch16.spec.variant == "workspace" and ch16.stage2 is not None
     for text in (
         "n=32,c=128,k=128,g=128,h=15,w=15,y=5,x=5,padding=2,dtype=bf16",  # few channels: the window kernel
-        "n=32,c=384,k=384,g=384,h=15,w=15,y=3,x=3,padding=1,dtype=bf16",  # 3x3: the 32-channel window kernel
+        "n=32,c=384,k=384,g=384,h=14,w=14,y=3,x=3,padding=1,dtype=bf16",  # 3x3 on strips of 7: the 32-channel window kernel
         "n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,stride=2,dtype=bf16",  # stride 2
         "n=32,c=384,k=384,g=384,h=15,w=15,y=7,x=7,padding=3,dtype=bf16",  # 7x7
         "n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,dtype=fp32,precision=tf32",  # fp32 input
@@ -159,9 +159,9 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
 
 
 def test_selection_takes_the_wide_channel_block_above_64_channels():
-    """3x3 stride-1 depthwise layers of more than DWCONV_WIN_WIDE_MIN_CHANNELS take the 32-channel
-    window kernel (strips of 7 or of 5, whichever the width asks for), the others the 16-channel one,
-    each at its own split degree; 7x7 has one block (32) whatever the channels."""
+    """3x3 stride-1 depthwise layers of more than DWCONV_WIN_WIDE_MIN_CHANNELS on strips of 7 take the
+    32-channel window kernel, at its own split degree, before the TMA family; on strips of 5 (no wide
+    block) the family keeps 256+ channels and the 16-channel kernel the rest; 7x7 has one block (32)."""
     from skwgrad.aot.sweep import sweep
     from skwgrad.launcher import select as S
 
@@ -169,11 +169,14 @@ def test_selection_takes_the_wide_channel_block_above_64_channels():
     for it in sweep("default", ["sm_90"], ["bf16"]):
         c.add(it.spec, it.arch)
     assert S.DWCONV_WIN_WIDE_MIN_CHANNELS == 64
-    for g, h, mode, bm in ((64, 28, "win7r3", 16), (72, 28, "win7r3", 32), (768, 13, "win7r3", 32), (384, 15, "win5r3", 32), (48, 15, "win5r3", 16)):
+    for g, h, mode, bm in ((64, 28, "win7r3", 16), (72, 28, "win7r3", 32), (768, 13, "win7r3", 32), (384, 14, "win7r3", 32),
+                           (200, 15, "win5r3", 16), (48, 15, "win5r3", 16), (384, 15, "", 32)):  # fmt: skip
         p = parse_problem(f"n=32,c={g},k={g},g={g},h={h},w={h},y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
         ch = S.choose(p, c, arch="sm_90", cus=132)
-        assert (ch.spec.family, ch.spec.mode, ch.spec.bm) == ("dwconv", mode, bm), (g, h, ch.spec.label)
-        assert ch.ks_count == S._family_ks(p, ch.spec, 132, resident=S._occ(None, ch.kernel, "sm_90"), threads=128)
+        family = "dwconv" if mode else "dwconv_tma"
+        assert (ch.spec.family, ch.spec.mode, ch.spec.bm) == (family, mode, bm), (g, h, ch.spec.label)
+        if mode:
+            assert ch.ks_count == S._family_ks(p, ch.spec, 132, resident=S._occ(None, ch.kernel, "sm_90"), threads=128)
     for g in (32, 384):
         p = parse_problem(f"n=32,c={g},k={g},g={g},h=14,w=14,y=7,x=7,padding=3,dtype=bf16,dw_dtype=fp32")
         assert S.choose(p, c, arch="sm_90", cus=132).spec.bm == 32

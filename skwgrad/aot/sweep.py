@@ -777,9 +777,10 @@ DWCONV_WINDOW_BC_WAVE32 = {"win7": 32}
 # the split rule's degree it ran 1.089x auto's launch on the 13 rows of 72-768 channels (faster on
 # 12: 768 ch 13 px 24.6 -> 19.5 us, 392 ch 28 px 27.1 -> 23.8, over the TMA depthwise kernel
 # there) and 0.65-0.93x on the 5 rows of 16-64 channels. 64 channels a CTA (16 strips) was as fast
-# at its best degree but 1.17x off it at the rule's; 8 warps lost. The strips of 5 (for widths 7 does
-# not divide) get the same block: the same loop and registers (180), not timed in B2.
-DWCONV_WINDOW_WIDE_WAVE32 = {"win7r3": (32, 32), "win5r3": (32, 32)}
+# at its best degree but 1.17x off it at the rule's; 8 warps lost. Run B3 (two sets drawn after B2,
+# auto against auto before, same process): 1.04-1.28x on 7 of 8 layers of 96-392 channels on strips
+# of 7 (the eighth 1.00). The strips of 5 at 32 channels ran 0.92-1.00x (3 layers): not built.
+DWCONV_WINDOW_WIDE_WAVE32 = {"win7r3": (32, 32)}
 
 
 def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, strided=False, dilated=False) -> list[KernelSpec]:
@@ -1010,10 +1011,9 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
 # (filter width, BC channels, WT columns, warps, stages): 32 channels x 16 columns, 3 ring slots,
 # 4 warps was the fastest configuration of benchmarks/dw_tma_proto.py on 9 of the 10 layers of
 # 256+ channels it was timed on (H200, session 19; the tenth, 256 ch 28 px: 4% behind 16 x 32).
-# Selection takes the 5x5 one from DWCONV_TMA_MIN_CHANNELS (skwgrad.launcher.select); the 3x3 one
-# only a search (--tune) reaches: the 32-channel 3x3 window kernel (DWCONV_WINDOW_WIDE_WAVE32) beat
-# it on all 6 layers of 376-768 channels of H200 run B2 (1.04-1.26x). 80 registers (3x3), 160
-# (5x5), 61-67 KB of shared memory, no spills.
+# Selection takes it from DWCONV_TMA_MIN_CHANNELS (skwgrad.launcher.select), after the 32-channel 3x3
+# window kernel (DWCONV_WINDOW_WIDE_WAVE32: 1.04-1.26x faster on 3x3 layers of 376-768 channels, H200
+# runs B2 and B3). 80 registers (3x3), 160 (5x5), 61-67 KB of shared memory, no spills.
 DWCONV_TMA_CONFIGS = ((3, 32, 16, 4, 3), (5, 32, 16, 4, 3))
 
 

@@ -600,9 +600,6 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
 # layers below 128 channels or at 57-112 px; in the product (run X7, 14 layers of 256-768 channels
 # drawn before they were timed) 1.113x, faster on 12; at 184-200 channels mixed (0.84-1.14).
 DWCONV_TMA_MIN_CHANNELS = 256
-# ... for 5x5 filters: on 3x3 layers of 376-768 channels the 32-channel window kernel ran 1.04-1.26x
-# faster than the family (H200 run B2, 6 of 6 layers drawn before the run).
-DWCONV_TMA_FILTERS = (5,)
 # Depthwise layers of more than this many channels take the widest cached channel block of their
 # window kernel (sweep.DWCONV_WINDOW_WIDE_WAVE32), the others the narrowest: with few channels a
 # wider block leaves fewer CTAs per split and masked lanes (H200 run B2, 3x3 stride 1: 32 channels
@@ -612,12 +609,10 @@ DWCONV_WIN_WIDE_MIN_CHANNELS = 64
 
 
 def _dwconv_tma_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
-    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels and a filter of DWCONV_TMA_FILTERS on a cached ``dwconv_tma`` kernel
+    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels on a cached ``dwconv_tma`` kernel
     that admits it (atomic for an fp32 dW, workspace with Stage-2 for a 16-bit one), at the family's
     split rule; None otherwise (deterministic runs too: its adds are atomic)."""
-    if problem.g < DWCONV_TMA_MIN_CHANNELS or problem.x not in DWCONV_TMA_FILTERS:
-        return None
-    if o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
+    if problem.g < DWCONV_TMA_MIN_CHANNELS or o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
         return None
     ks_all = sorted(candidates(cache, arch, problem, family="dwconv_tma", exclude=exclude), key=lambda k: k.label)
     for k in ks_all:
@@ -648,8 +643,20 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     if (problem.c, problem.k) != (1, 1):
         return None
     tma = _dwconv_tma_choice(problem, cache, arch, cus, o, stage2, exclude)
-    if tma is not None:
-        return tma
+    window = _dwconv_window_choice(problem, cache, arch, cus, o, stage2, exclude, occupancy)
+    if window is None or tma is None:
+        return window or tma
+    # a wide channel block (DWCONV_WIN_WIDE_MIN_CHANNELS) before the TMA family, which goes before
+    # the narrowest block (H200 runs B2, B3: 3x3 layers of 376-768 channels on strips of 7, the
+    # 32-channel kernel 1.04-1.26x faster than the family on 7 of 7; on strips of 5 at 29 px
+    # 0.95-1.00x, and the 16-channel one below the family since session 19)
+    narrowest = min(k.spec.bm for k in candidates(cache, arch, problem, family="dwconv", exclude=exclude)
+                    if k.spec.mode == window.spec.mode and k.spec.variant == window.spec.variant)  # fmt: skip
+    return window if window.spec.bm > narrowest else tma
+
+
+def _dwconv_window_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
+    """The depthwise ``dwconv`` kernel (window before gather, see the ranking below) at its split rule."""
     family = "dwconv"
     ks_all = [k for k in candidates(cache, arch, problem, family=family, exclude=exclude) if o.allows(k.spec.variant)]
     ks_all = narrow.widest(ks_all, problem, spec_of=lambda k: k.spec)
