@@ -42,12 +42,12 @@ def before_choice(p, cache, arch, cus, occ):
     kernels it took then: their channels per thread are the ones it was fitted at)."""
     from skwgrad.launcher import select as S
 
-    saved = S.DWCONV_TMA_FILTERS, S.DWCONV_WIN_WIDE_MIN_CHANNELS
-    S.DWCONV_TMA_FILTERS, S.DWCONV_WIN_WIDE_MIN_CHANNELS = (3, 5), 1 << 30
+    saved = S.DWCONV_WIN_WIDE_MIN_CHANNELS
+    S.DWCONV_WIN_WIDE_MIN_CHANNELS = 1 << 30  # the narrowest block, which the TMA family goes before
     try:
         return S.choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     finally:
-        S.DWCONV_TMA_FILTERS, S.DWCONV_WIN_WIDE_MIN_CHANNELS = saved
+        S.DWCONV_WIN_WIDE_MIN_CHANNELS = saved
 
 
 def entrants(p, cache, arch, cus, occ, configs):
