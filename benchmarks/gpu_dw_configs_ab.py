@@ -37,17 +37,18 @@ def shipped_config(p) -> str | None:
 
 
 def before_choice(p, cache, arch, cus, occ):
-    """What auto took before the 32-channel 3x3 window kernels (fbac82e's parent): the TMA
-    depthwise family for 3x3 too, the narrowest channel block (the split rule is the same for the
-    kernels it took then: their channels per thread are the ones it was fitted at)."""
+    """What auto took before the second channel blocks (fbac82e's parent): the narrowest block, the
+    TMA depthwise family before it at 256+ channels (the split rule is the same for the kernels it
+    took then: their channels per thread are the ones it was fitted at). In a cache of only the
+    default's kernels: B4's trial caches hold others, which this would also rank."""
     from skwgrad.launcher import select as S
 
-    saved = S.DWCONV_WIN_WIDE_MIN_CHANNELS
-    S.DWCONV_WIN_WIDE_MIN_CHANNELS = 1 << 30  # the narrowest block, which the TMA family goes before
+    saved = S.DWCONV_WIN_MIN_TILES, S.DWCONV_WIN_MAX_PADDING
+    S.DWCONV_WIN_MIN_TILES, S.DWCONV_WIN_MAX_PADDING = 1 << 30, float("inf")  # the narrowest block, which the TMA family goes before
     try:
         return S.choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
     finally:
-        S.DWCONV_WIN_WIDE_MIN_CHANNELS = saved
+        S.DWCONV_WIN_MIN_TILES, S.DWCONV_WIN_MAX_PADDING = saved
 
 
 def entrants(p, cache, arch, cus, occ, configs):

@@ -158,28 +158,29 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     assert not [it for it in sweep("default", ["gfx942", "gfx950"], ["bf16", "fp16"]) if it.spec.family == "dwconv_tma"]
 
 
-def test_selection_takes_the_wide_channel_block_above_64_channels():
-    """3x3 stride-1 depthwise layers of more than DWCONV_WIN_WIDE_MIN_CHANNELS on strips of 7 take the
-    32-channel window kernel, at its own split degree, before the TMA family; on strips of 5 (no wide
-    block) the family keeps 256+ channels and the 16-channel kernel the rest; 7x7 has one block (32)."""
+def test_selection_takes_the_channel_block_by_padding_and_tiles():
+    """Where a window mode has two channel blocks: none that pads the channels 1.25x the other's or
+    more, then the widest whose launch has 3+ tiles (channel blocks x tap-row groups), else the
+    narrowest; each at its own split degree. 3x3 on strips of 7 (1 tap-row group): 32 from 72
+    channels; a wide block goes before the TMA family, which goes before the narrowest block
+    (strips of 5 have one block). 7x7 (7 groups): 32 unless it pads a quarter more than 16."""
     from skwgrad.aot.sweep import sweep
     from skwgrad.launcher import select as S
 
     c = F.FakeCache()
     for it in sweep("default", ["sm_90"], ["bf16"]):
         c.add(it.spec, it.arch)
-    assert S.DWCONV_WIN_WIDE_MIN_CHANNELS == 64
-    for g, h, mode, bm in ((64, 28, "win7r3", 16), (72, 28, "win7r3", 32), (768, 13, "win7r3", 32), (384, 14, "win7r3", 32),
-                           (200, 15, "win5r3", 16), (48, 15, "win5r3", 16), (384, 15, "", 32)):  # fmt: skip
-        p = parse_problem(f"n=32,c={g},k={g},g={g},h={h},w={h},y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
+    assert (S.DWCONV_WIN_MAX_PADDING, S.DWCONV_WIN_MIN_TILES) == (1.25, 3)
+    for y, g, h, mode, bm in ((3, 64, 28, "win7r3", 16), (3, 72, 28, "win7r3", 32), (3, 80, 28, "win7r3", 32), (3, 768, 13, "win7r3", 32),
+                              (3, 384, 14, "win7r3", 32), (3, 200, 15, "win5r3", 16), (3, 48, 15, "win5r3", 16), (3, 384, 15, "", 32),
+                              (7, 16, 56, "win7", 16), (7, 24, 56, "win7", 32), (7, 48, 56, "win7", 16), (7, 56, 56, "win7", 32),
+                              (7, 72, 56, "win7", 32), (7, 384, 14, "win7", 32)):  # fmt: skip
+        p = parse_problem(f"n=32,c={g},k={g},g={g},h={h},w={h},y={y},x={y},padding={y // 2},dtype=bf16,dw_dtype=fp32")
         ch = S.choose(p, c, arch="sm_90", cus=132)
         family = "dwconv" if mode else "dwconv_tma"
-        assert (ch.spec.family, ch.spec.mode, ch.spec.bm) == (family, mode, bm), (g, h, ch.spec.label)
+        assert (ch.spec.family, ch.spec.mode, ch.spec.bm) == (family, mode, bm), (y, g, h, ch.spec.label)
         if mode:
             assert ch.ks_count == S._family_ks(p, ch.spec, 132, resident=S._occ(None, ch.kernel, "sm_90"), threads=128)
-    for g in (32, 384):
-        p = parse_problem(f"n=32,c={g},k={g},g={g},h=14,w=14,y=7,x=7,padding=3,dtype=bf16,dw_dtype=fp32")
-        assert S.choose(p, c, arch="sm_90", cus=132).spec.bm == 32
 
 
 # -- the compiled object (Gluon on this machine) --------------------------------------------------

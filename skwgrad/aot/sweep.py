@@ -770,17 +770,22 @@ DWCONV_WINDOW_DILATED = {3: ("win7r3d2", 64)}
 # best of 5 split degrees each): 1.05x geomean, 0.97-1.28x (96ch 56px N=64: 105 us against 135,
 # cuDNN 124). The strided and 3x3 / 5x5 kernels stay at 16 (U3: 0.89-1.16x, no consistent gain).
 DWCONV_WINDOW_BC_WAVE32 = {"win7": 32}
-# And a 32-channel 3x3 stride-1 kernel (32 strips, so a step is the same 1024 channel-strips, 180
-# registers) beside the 16-channel one on wave32 (2-D): selection takes it for layers of more than
-# 64 channels (select.DWCONV_WIN_WIDE_MIN_CHANNELS). H200 run B2 (gpu_dw_configs_ab.py, 18 3x3
-# stride-1 rows of two sets drawn before it, every launch verified, three split degrees each): at
-# the split rule's degree it ran 1.089x auto's launch on the 13 rows of 72-768 channels (faster on
-# 12: 768 ch 13 px 24.6 -> 19.5 us, 392 ch 28 px 27.1 -> 23.8, over the TMA depthwise kernel
-# there) and 0.65-0.93x on the 5 rows of 16-64 channels. 64 channels a CTA (16 strips) was as fast
-# at its best degree but 1.17x off it at the rule's; 8 warps lost. Run B3 (two sets drawn after B2,
-# auto against auto before, same process): 1.04-1.28x on 7 of 8 layers of 96-392 channels on strips
-# of 7 (the eighth 1.00). The strips of 5 at 32 channels ran 0.92-1.00x (3 layers): not built.
-DWCONV_WINDOW_WIDE_WAVE32 = {"win7r3": (32, 32)}
+# A second channel block per mode on wave32 (2-D), (channels, strips) at the same channel-strips a
+# step; selection picks the block per layer (select._channel_block_rank).
+# - 3x3 stride 1: 32 channels, 32 strips (180 registers). H200 run B2 (gpu_dw_configs_ab.py, 18 3x3
+#   stride-1 rows of two sets drawn before it, every launch verified, three split degrees each): at
+#   the split rule's degree 1.089x auto's launch on the 13 rows of 72-768 channels (faster on 12: 768
+#   ch 13 px 24.6 -> 19.5 us, 392 ch 28 px 27.1 -> 23.8, over the TMA depthwise kernel there) and
+#   0.65-0.93x on the 5 rows of 16-64 channels. 64 channels a CTA (16 strips) was as fast at its
+#   best degree but 1.17x off it at the rule's; 8 warps lost. Run B3 (sets drawn after B2, auto
+#   against auto before, same process): 1.00-1.28x on 8 layers of 96-392 channels on strips of 7.
+#   The strips of 5 at 32 channels ran 0.92-1.00x (3 layers): not built.
+# - 7x7 stride 1: 16 channels, 64 strips (168 registers, the same loop as the 32-channel one) for
+#   layers that 32-channel blocks pad by a quarter or more (16, 40, 48 channels). Run B4: on the 6
+#   such rows of 27 7x7 rows (two sets drawn before it) 1.135x the 32-channel kernel at the rule's
+#   degree (16 ch 111 px 42.6 -> 28.1 us, 48 ch 57 px 64.7 -> 49.8; one fp32 row 0.88x); where it
+#   saves less padding it lost (56-520 channels, down to 0.79x).
+DWCONV_WINDOW_BLOCKS_WAVE32 = {"win7r3": (32, 32), "win7": (16, 64)}
 
 
 def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, strided=False, dilated=False) -> list[KernelSpec]:
@@ -803,9 +808,9 @@ def dwconv_window_specs(arch: str, dtype: str, dw: str, variants, *, dims=2, str
             channels = DWCONV_WINDOW_BC_WAVE32.get(mode, bc)
         for variant in variants:
             out.append(_dwconv_spec(variant, dtype, dw, x, (channels, bp, 4), dims=dims, vec=W, mode=mode))
-            if dims == 2 and ARCHES[arch].wave_size == 32 and mode in DWCONV_WINDOW_WIDE_WAVE32:
-                wide = DWCONV_WINDOW_WIDE_WAVE32[mode]
-                out.append(_dwconv_spec(variant, dtype, dw, x, (*wide, 4), dims=dims, vec=W, mode=mode))
+            if dims == 2 and ARCHES[arch].wave_size == 32 and mode in DWCONV_WINDOW_BLOCKS_WAVE32:
+                block = DWCONV_WINDOW_BLOCKS_WAVE32[mode]
+                out.append(_dwconv_spec(variant, dtype, dw, x, (*block, 4), dims=dims, vec=W, mode=mode))
     return out
 
 
@@ -1012,7 +1017,7 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
 # 4 warps was the fastest configuration of benchmarks/dw_tma_proto.py on 9 of the 10 layers of
 # 256+ channels it was timed on (H200, session 19; the tenth, 256 ch 28 px: 4% behind 16 x 32).
 # Selection takes it from DWCONV_TMA_MIN_CHANNELS (skwgrad.launcher.select), after the 32-channel 3x3
-# window kernel (DWCONV_WINDOW_WIDE_WAVE32: 1.04-1.26x faster on 3x3 layers of 376-768 channels, H200
+# window kernel (DWCONV_WINDOW_BLOCKS_WAVE32: 1.04-1.26x faster on 3x3 layers of 376-768 channels, H200
 # runs B2 and B3). 80 registers (3x3), 160 (5x5), 61-67 KB of shared memory, no spills.
 DWCONV_TMA_CONFIGS = ((3, 32, 16, 4, 3), (5, 32, 16, 4, 3))
 

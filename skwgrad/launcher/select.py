@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
+from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -600,12 +600,25 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
 # layers below 128 channels or at 57-112 px; in the product (run X7, 14 layers of 256-768 channels
 # drawn before they were timed) 1.113x, faster on 12; at 184-200 channels mixed (0.84-1.14).
 DWCONV_TMA_MIN_CHANNELS = 256
-# Depthwise layers of more than this many channels take the widest cached channel block of their
-# window kernel (sweep.DWCONV_WINDOW_WIDE_WAVE32), the others the narrowest: with few channels a
-# wider block leaves fewer CTAs per split and masked lanes (H200 run B2, 3x3 stride 1: 32 channels
-# against 16 at the split rule's degree, 1.089x on the 13 rows of 72-768 channels, 0.65-0.93x on
-# the 5 of 16-64).
-DWCONV_WIN_WIDE_MIN_CHANNELS = 64
+# The channel block of a window kernel, where a mode has several (sweep.DWCONV_WINDOW_BLOCKS_WAVE32):
+# none that pads the channels DWCONV_WIN_MAX_PADDING times the least-padding block or more (a 32-channel
+# block on 16, 40 or 48 channels: masked lanes); of the rest the widest whose launch has at least
+# DWCONV_WIN_MIN_TILES tiles (channel blocks x tap-row groups), else the narrowest (few tiles leave
+# few CTAs a split). H200 runs B2/B3 (3x3: 32 channels 1.089x at 72-768 channels, where it has 3+
+# blocks, 0.65-0.93x at 16-64, 1-2 blocks) and B4 (7x7, 7 tap-row groups: 16 channels 1.135x where
+# 32 pads by a quarter or more, 0.79-1.0x elsewhere).
+DWCONV_WIN_MAX_PADDING = 1.25
+DWCONV_WIN_MIN_TILES = 3
+
+
+def _channel_block_rank(problem: ConvProblem, spec, blocks) -> int:
+    """0 for the channel block ``blocks`` (the bm of the cached kernels of ``spec``'s mode) that the
+    rule above takes for ``problem``, 1 for another it allows, 2 for one that pads too much."""
+    padded = {b: -(-problem.g // b) * b for b in blocks}
+    allowed = [b for b in blocks if padded[b] < DWCONV_WIN_MAX_PADDING * min(padded.values())]
+    tiled = [b for b in allowed if dwconv_tiling(problem, b, 1, 1, spec.mode).num_tiles >= DWCONV_WIN_MIN_TILES]
+    best = max(tiled) if tiled else min(allowed)
+    return 0 if spec.bm == best else 1 if spec.bm in allowed else 2
 
 
 def _dwconv_tma_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
@@ -646,7 +659,7 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
     window = _dwconv_window_choice(problem, cache, arch, cus, o, stage2, exclude, occupancy)
     if window is None or tma is None:
         return window or tma
-    # a wide channel block (DWCONV_WIN_WIDE_MIN_CHANNELS) before the TMA family, which goes before
+    # a wide channel block (_channel_block_rank) before the TMA family, which goes before
     # the narrowest block (H200 runs B2, B3: 3x3 layers of 376-768 channels on strips of 7, the
     # 32-channel kernel 1.04-1.26x faster than the family on 7 of 7; on strips of 5 at 29 px
     # 0.95-1.00x, and the 16-channel one below the family since session 19)
@@ -670,10 +683,12 @@ def _dwconv_window_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, e
         # the strip width that loads the fewest x vectors per output row (_strip_loads), the widest
         # on ties (H200 runs W6, X1: at 57 and 113 px, where 5 saves 3-5% of the columns, strips of
         # 7 were as fast or 7% faster)
-        # the channel block by the layer's channels (DWCONV_WIN_WIDE_MIN_CHANNELS)
-        wide = -1 if problem.g > DWCONV_WIN_WIDE_MIN_CHANNELS else 1
+        # then the channel block (_channel_block_rank) among the kernels of the mode
+        blocks = {}
+        for k in ks_all:
+            blocks.setdefault(k.spec.mode, set()).add(k.spec.bm)
         rank_key = lambda k: ((not k.spec.dwconv_window.bw, k.spec.bn, _strip_loads(problem, k.spec), -k.spec.dwconv_window.bw),  # noqa: E731
-                              k.spec.mode != "taps", wide * k.spec.bm, k.label)  # fmt: skip
+                              k.spec.mode != "taps", _channel_block_rank(problem, k.spec, blocks[k.spec.mode]), k.label)  # fmt: skip
     else:
         rank_key = lambda k: (-(k.spec.block * problem.k) / k.spec.bm, k.spec.block, k.label)  # noqa: E731
     ks_all.sort(key=rank_key)
