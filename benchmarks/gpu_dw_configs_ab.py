@@ -37,18 +37,16 @@ def shipped_config(p) -> str | None:
 
 
 def before_choice(p, cache, arch, cus, occ):
-    """What auto took before the second channel blocks (fbac82e's parent): the narrowest block, the
-    TMA depthwise family before it at 256+ channels (the split rule is the same for the kernels it
-    took then: their channels per thread are the ones it was fitted at). In a cache of only the
-    default's kernels: B4's trial caches hold others, which this would also rank."""
-    from skwgrad.launcher import select as S
+    """What auto took before the second channel blocks (fbac82e's parent): auto with the kernels of
+    ``sweep.DWCONV_WINDOW_BLOCKS_WAVE32`` left out, so each window mode has its one block and the TMA
+    depthwise family goes before it at 256+ channels (the split rule is the same for those kernels:
+    their channels per thread are the ones it was fitted at)."""
+    from skwgrad.aot.sweep import DWCONV_WINDOW_BLOCKS_WAVE32
+    from skwgrad.launcher.select import choose
 
-    saved = S.DWCONV_WIN_MIN_TILES, S.DWCONV_WIN_MAX_PADDING
-    S.DWCONV_WIN_MIN_TILES, S.DWCONV_WIN_MAX_PADDING = 1 << 30, float("inf")  # the narrowest block, which the TMA family goes before
-    try:
-        return S.choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False)
-    finally:
-        S.DWCONV_WIN_MIN_TILES, S.DWCONV_WIN_MAX_PADDING = saved
+    second = {(m, bm, bk) for m, (bm, bk) in DWCONV_WINDOW_BLOCKS_WAVE32.items()}
+    keys = frozenset(e.key for e in cache.find(arch, family="dwconv") if (e.spec.mode, e.spec.bm, e.spec.bk) in second)
+    return choose(p, cache, arch=arch, cus=cus, occupancy=occ, use_tuned=False, exclude=keys)
 
 
 def entrants(p, cache, arch, cus, occ, configs):
