@@ -27,10 +27,17 @@ for p in (ROOT, ROOT / "benchmarks"):
 
 
 def shipped_config(p) -> str | None:
-    """The default sweep's window configuration of ``p``'s filter at stride and dilation 1 (sm_90)."""
-    from skwgrad.aot.sweep import DWCONV_WINDOW, DWCONV_WINDOW_BC_WAVE32
+    """The default sweep's first window configuration of ``p``'s filter at dilation 1, stride 1 or 2
+    along W (sm_90)."""
+    from skwgrad.aot.sweep import DWCONV_STRIDED_BR_WAVE32, DWCONV_WINDOW, DWCONV_WINDOW_BC_WAVE32, DWCONV_WINDOW_STRIDED
 
-    if p.x not in DWCONV_WINDOW or p.stride[2] != 1 or p.dilation[2] != 1:
+    if p.dilation[2] != 1 or p.stride[2] not in (1, 2):
+        return None
+    if p.stride[2] == 2:
+        if p.x not in DWCONV_WINDOW_STRIDED:
+            return None
+        return f"{p.x}:{DWCONV_WINDOW_STRIDED[p.x][0]}:16x{DWCONV_STRIDED_BR_WAVE32}x4"
+    if p.x not in DWCONV_WINDOW:
         return None
     mode, bp = DWCONV_WINDOW[p.x]
     return f"{p.x}:{mode}:{DWCONV_WINDOW_BC_WAVE32.get(mode, 16)}x{bp}x4"
