@@ -163,7 +163,8 @@ def test_selection_takes_the_channel_block_by_padding_and_tiles():
     more, then the widest whose launch has 3+ tiles (channel blocks x tap-row groups), else the
     narrowest; each at its own split degree. 3x3 on strips of 7 (1 tap-row group): 32 from 72
     channels; a wide block goes before the TMA family, which goes before the narrowest block
-    (strips of 5 have one block). 7x7 (7 groups): 32 unless it pads a quarter more than 16."""
+    (strips of 5 have one block). 7x7 (7 groups): 32 unless it pads a quarter more than 16; the
+    same for the 5x5 / 7x7 stride-2 kernel (one mode, 16 or 32 channels)."""
     from skwgrad.aot.sweep import sweep
     from skwgrad.launcher import select as S
 
@@ -174,8 +175,10 @@ def test_selection_takes_the_channel_block_by_padding_and_tiles():
     for y, g, h, mode, bm in ((3, 64, 28, "win7r3", 16), (3, 72, 28, "win7r3", 32), (3, 80, 28, "win7r3", 32), (3, 768, 13, "win7r3", 32),
                               (3, 384, 14, "win7r3", 32), (3, 200, 15, "win5r3", 16), (3, 48, 15, "win5r3", 16), (3, 384, 15, "", 32),
                               (7, 16, 56, "win7", 16), (7, 24, 56, "win7", 32), (7, 48, 56, "win7", 16), (7, 56, 56, "win7", 32),
-                              (7, 72, 56, "win7", 32), (7, 384, 14, "win7", 32)):  # fmt: skip
-        p = parse_problem(f"n=32,c={g},k={g},g={g},h={h},w={h},y={y},x={y},padding={y // 2},dtype=bf16,dw_dtype=fp32")
+                              (7, 72, 56, "win7", 32), (7, 384, 14, "win7", 32), (-5, 16, 112, "win7s2", 16),
+                              (-5, 48, 112, "win7s2", 16), (-5, 64, 112, "win7s2", 32), (-7, 184, 56, "win7s2", 32)):  # fmt: skip
+        stride, y = (2, -y) if y < 0 else (1, y)  # a negative width: stride 2
+        p = parse_problem(f"n=32,c={g},k={g},g={g},h={h},w={h},y={y},x={y},padding={y // 2},stride={stride},dtype=bf16,dw_dtype=fp32")
         ch = S.choose(p, c, arch="sm_90", cus=132)
         family = "dwconv" if mode else "dwconv_tma"
         assert (ch.spec.family, ch.spec.mode, ch.spec.bm) == (family, mode, bm), (y, g, h, ch.spec.label)
