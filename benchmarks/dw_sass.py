@@ -3,7 +3,7 @@ per configuration (sm_90), before any GPU time is spent on them.
 
     python benchmarks/dw_sass.py --spec bf16:bf16:7:win7:32x32x4:v8 --spec bf16:bf16:7:win7r7:64x4x4:v2 [--out F.json]
 
-A spec is ``dtype:dw_dtype:X:mode:BCxBPxWARPS:vVEC`` (a 2-D dwconv window kernel, workspace
+A spec is ``dtype:dw_dtype:X:mode:BCxBPxWARPS[:vVEC]`` (a 2-D dwconv window kernel, workspace
 epilogue for a dW in the input dtype, atomic for fp32). Reported: registers, stack bytes, the
 instructions of the innermost backward-branch loop that holds FFMAs, their FFMA / LDG / conversion
 (PRMT, SHF, IMAD.U32, F2F, HADD2.F32) counts, and instructions per multiply-add product per thread:
@@ -27,7 +27,10 @@ for p in (ROOT, ROOT / "benchmarks" / "mainloop"):
 def parse(s: str):
     from skwgrad.abi.spec import KernelSpec
 
-    dt, dw, x, mode, cfg, vec = s.split(":")
+    from skwgrad.abi.spec import DTYPE_BYTES
+
+    dt, dw, x, mode, cfg, *rest = s.split(":")
+    vec = rest[0] if rest else f"v{16 // DTYPE_BYTES[dt]}"  # default: 16-byte channel vectors
     bc, bp, warps = (int(v) for v in cfg.split("x"))
     variant = "workspace" if dw == dt != "fp32" else "atomic"
     return KernelSpec(
@@ -36,23 +39,8 @@ def parse(s: str):
     )  # fmt: skip
 
 
-def ffma_loop(insns, labels):
-    best = None
-    for i, (_, text) in enumerate(insns):
-        m = re.search(r"\bBRA\b.*?`?\(?\.?(L_x_\d+)\)?", text)
-        if not m or m.group(1) not in labels:
-            continue
-        j = labels[m.group(1)]
-        if j > i:
-            continue
-        body = [t for _, t in insns[j : i + 1]]
-        if sum("FFMA" in t for t in body) >= 8 and (best is None or (i - j) > (best[1] - best[0])):
-            best = (j, i)  # the largest FFMA loop: the strip loop (unrolled bodies hold no inner loop)
-    return best
-
-
 def analyse(spec):
-    from sass import sass_lines
+    from sass import main_loop, sass_lines
 
     from skwgrad.aot.compile import compile_spec
 
@@ -61,8 +49,9 @@ def analyse(spec):
     win = spec.dwconv_window
     threads = spec.num_warps * 32
     products = spec.bk * win.bw * spec.bn * win.tr * spec.bm / threads
-    res = {"label": spec.label, "regs": regs, "stack": ck.metadata.get("stack", None), "products_per_thread": products}
-    loop = ffma_loop(insns, labels)
+    res = {"label": spec.label, "regs": regs, "stack": ck.metadata.get("stack_bytes"), "products_per_thread": products}
+    # the strip loop: the largest loop of 8+ FFMAs (its unrolled body holds no inner loop)
+    loop = main_loop(insns, labels, holds=lambda body: sum("FFMA" in t for t in body) >= 8, largest=True)
     if loop is None:
         res["loop"] = None
         return res

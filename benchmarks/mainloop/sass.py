@@ -89,8 +89,9 @@ def sass_lines(cubin: bytes):
     return insns, labels, out, regs
 
 
-def main_loop(insns, labels):
-    """(start, end) indices of the smallest backward-branch loop containing an HGMMA."""
+def main_loop(insns, labels, holds=lambda body: any("HGMMA" in t for t in body), largest=False):
+    """(start, end) indices of the smallest (``largest``: the largest) backward-branch loop whose
+    body ``holds`` (default: an HGMMA)."""
     best = None
     for i, (_, text) in enumerate(insns):
         m = re.search(r"\bBRA\b.*?`?\(?\.?(L_x_\d+)\)?", text)
@@ -99,9 +100,8 @@ def main_loop(insns, labels):
         j = labels[m.group(1)]
         if j > i:
             continue
-        body = [t for _, t in insns[j : i + 1]]
-        if any("HGMMA" in t for t in body):
-            if best is None or (i - j) < (best[1] - best[0]):
+        if holds([t for _, t in insns[j : i + 1]]):
+            if best is None or ((i - j) > (best[1] - best[0]) if largest else (i - j) < (best[1] - best[0])):
                 best = (j, i)
     return best
 
