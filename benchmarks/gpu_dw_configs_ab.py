@@ -93,6 +93,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--budget-s", type=float, default=200.0)
+    ap.add_argument("--end-to-end", action="store_true", help="also the user's call, host included (gpu_tma_auto.end_to_end: the API, the op, PyTorch's)")
     a = ap.parse_args()
     import torch
 
@@ -114,7 +115,7 @@ def main():
             print("budget spent; rows left out", flush=True)
             break
         ent = entrants(p, cache, backend.arch, backend.compute_units, occ, a.config)
-        r = run_row(p, name, backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent, end_to_end_too=False)
+        r = run_row(p, name, backend, cache, occ, hold, rounds=a.rounds, iters=a.iters, seed=0, entrants=ent, end_to_end_too=a.end_to_end)
         r["labels"] = {k: v.spec.label for k, v in ent.items()}
         r["ks"] = {k: v.ks_count for k, v in ent.items()}
         doc["rows"].append(r)
@@ -146,6 +147,9 @@ def main():
     s["before_over_cudnn_geomean"] = geo([r["cudnn_us"] / r["rows"]["before"]["us"] for r in doc["rows"] if r.get("cudnn_us") and r["rows"].get("before", {}).get("us")])
     s["at_1_5x_cudnn_auto"] = sum(1 for r in doc["rows"] if r.get("cudnn_us") and r["rows"]["auto"].get("us") and r["cudnn_us"] / r["rows"]["auto"]["us"] >= 1.5)
     s["lowest_auto_over_cudnn"] = min((r["cudnn_us"] / r["rows"]["auto"]["us"] for r in doc["rows"] if r.get("cudnn_us") and r["rows"]["auto"].get("us")), default=None)
+    for k in ("api", "api_alternating", "op"):  # the user's call against PyTorch's, host included
+        s[f"end_to_end_{k}_vs_torch"] = geo([r["host"]["torch_wall_us"] / r["host"][f"{k}_wall_us"] for r in doc["rows"] if r.get("host")])
+    s["end_to_end_rows"] = sum(1 for r in doc["rows"] if r.get("host"))
     cud = [(r["cudnn_us"], min(x["us"] for x in r["rows"].values() if x.get("us"))) for r in doc["rows"] if r.get("cudnn_us")]
     s["best_over_cudnn_geomean"] = geo([c / b for c, b in cud])  # > 1: faster than cuDNN
     s["auto_over_cudnn_geomean"] = geo([r["cudnn_us"] / r["rows"]["auto"]["us"] for r in doc["rows"] if r.get("cudnn_us") and r["rows"]["auto"].get("us")])
