@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 23 (issue 11): auto with the channel-block rule (02944a3's parent; the 16-channel 7x7 window kernel where
+# H200, session 23 (issue 11): auto with the channel-block rule (638af5e; the 16-channel 7x7 window kernel where
 # 32-channel blocks pad a quarter more, the 32-channel 3x3 one from 3 blocks) against auto without the second
 # blocks, same process, on random_dw7l_2026120430 and random_dw_2026120431 (drawn after B4, before this run) and
 # the corpus. gpu_dw_configs_ab.py: every launch verified three times against float64, dW and workspace poisoned.
