@@ -786,7 +786,7 @@ DWCONV_WINDOW_BC_WAVE32 = {"win7": 32}
 #   degree (16 ch 111 px 42.6 -> 28.1 us, 48 ch 57 px 64.7 -> 49.8; one fp32 row 0.88x); where it
 #   saves less padding it lost (56-520 channels, down to 0.79x).
 # - 5x5 and 7x7 stride 2 (``win7s2``): 32 channels, 16 strips (95 / 107 registers, the same loop). Run
-#   B6 (random_dw_s2_2026120432, drawn before it): at the rule's degree 1.07-1.52x on all 10 rows of
+#   B6 (random_dw_s2_2026120432, drawn before it): at the rule's degree 1.05-1.52x on all 10 rows of
 #   64-384 channels (5x5 64 ch 111 px 56.8 -> 37.4 us, 384 ch 28 px 46.8 -> 31.4; 7x7 184 ch 56 px
 #   68.6 -> 48.3), slower on 16 and 48 channels (which the padding rule keeps at 16). The 3x3 one
 #   (``win7r3s2``) at 32 x 16 was mixed (0.81-1.09x, 2 fp32 rows lost): not built.
