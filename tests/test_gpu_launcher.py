@@ -622,6 +622,41 @@ def test_nchw_contiguous_tensors_are_read_as_pytorch_reads_them(backend, kset):
     assert float((got.double() - ref).norm() / ref.norm()) < 2e-2
 
 
+def test_torch_call_is_wgrads_call_resolved_once(backend, kset):
+    """api.torch_call resolves what wgrad runs without launching; its call then computes dW of any
+    pair with those shapes and strides (channels-last or not), with nothing resolved again, until
+    clear_plans() changes the generation."""
+    import torch
+
+    from skwgrad.launcher import api
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.zeros((16, 16, 3, 3), dtype=torch.float64, device="cuda")
+    for cl in (True, False):
+        kw = dict(filter_size=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1, cache=kset,
+                  dw_dtype="fp32", layout="nchw")  # fmt: skip
+        pairs = []
+        for _ in range(2):
+            x = torch.randn((4, 16, 12, 12), device="cuda", generator=g).bfloat16()
+            dy = torch.randn((4, 16, 12, 12), device="cuda", generator=g).bfloat16()
+            if cl:
+                x, dy = x.contiguous(memory_format=torch.channels_last), dy.contiguous(memory_format=torch.channels_last)
+            pairs.append((x, dy))
+        gen = api.calls_generation()
+        call = api.torch_call(*pairs[0], **kw)
+        resolved = api.stats["calls_resolved"]
+        assert api.torch_call(*pairs[1], **kw) is call and api.stats["calls_resolved"] == resolved
+        for x, dy in pairs:
+            ref = torch.ops.aten.convolution_backward(dy.double(), x.double(), w, None, [1, 1], [1, 1], [1, 1], False,
+                                                      [0, 0], 1, [False, True, False])[1]  # fmt: skip
+            got = call(x, dy, None, None)
+            assert got.dtype == torch.float32 and got.stride() == (144, 1, 48, 16)  # channels-last dW
+            assert float((got.double() - ref).norm() / ref.norm()) < 2e-2
+        assert api.calls_generation() == gen
+        api.clear_plans()
+        assert api.calls_generation() == gen + 1
+
+
 def test_tensors_on_different_devices_are_refused(backend, kset):
     import torch
 

@@ -344,6 +344,16 @@ def test_a_repeated_call_builds_and_resolves_nothing(fake):
     assert api.stats["calls_resolved"] == resolved + 1
 
 
+def test_torch_call_refuses_cpu_tensors_and_clear_plans_changes_the_generation(fake):
+    _, cache = fake
+    x, dy = torch.randn(2, 4, 6, 6), torch.randn(2, 8, 6, 6)
+    with pytest.raises(ProblemError, match="CUDA"):
+        api.torch_call(x, dy, filter_size=3, padding=1, cache=cache)
+    gen = api.calls_generation()
+    api.clear_plans()
+    assert api.calls_generation() == gen + 1
+
+
 def test_bad_options_are_refused_before_any_device_work(monkeypatch):
     def no_device(*a, **k):
         raise AssertionError("a device was asked for before the arguments were checked")

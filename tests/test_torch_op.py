@@ -384,12 +384,17 @@ def test_compile_fullgraph_inductor_cpu():
 # Routing to skwgrad and every fallback, with a stand-in launcher (no GPU here)
 # ---------------------------------------------------------------------------------------------
 class FakeLauncher:
-    """Stands for skwgrad.launcher.api: records each wgrad call and writes dW (PyTorch's, in fp64
-    then cast, or a wrong value) into out, or raises what it is told to."""
+    """Stands for skwgrad.launcher.api: ``torch_call`` resolves a call (or raises what it is told
+    to, as resolution does: no kernel, a damaged entry); each call writes dW (PyTorch's, in fp64
+    then cast, or a wrong value) into a fresh channels-last tensor. ``calls`` records every request
+    that reached the launcher: each launch, and each resolution that raised."""
+
+    _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
     def __init__(self, raises=None, wrong=False, native_preferred=False, no_fp32_dw=False, tuning_finds_native=False):
         self.calls, self.raises, self.wrong, self.pref, self.no_fp32_dw = [], raises, wrong, native_preferred, no_fp32_dw
         self.tuning, self.tuning_finds_native, self.pref_asked = None, tuning_finds_native, []
+        self.resolved, self.generation = 0, 0
 
     def set_tuning(self, on):
         self.tuning = on
@@ -397,19 +402,35 @@ class FakeLauncher:
     def tuning_enabled(self):
         return bool(self.tuning)
 
-    def wgrad(self, x, dy, *, filter_size, stride, padding, dilation, groups, out, **kw):
-        self.calls.append(dict(kw, x=x, dy=dy, out=out, filter_size=filter_size, stride=stride, padding=padding,
-                               groups=groups))  # fmt: skip
+    def calls_generation(self):
+        return self.generation
+
+    def torch_call(self, x, dy, *, filter_size, stride, padding, dilation, groups, dw_dtype, **kw):
+        req = dict(kw, filter_size=filter_size, stride=stride, padding=padding, groups=groups,
+                   dw_dtype=self._DTYPES[dw_dtype])  # fmt: skip
         if self.raises is not None:
+            self.calls.append(dict(req, x=x, dy=dy))
             raise self.raises
-        if self.tuning and self.tuning_finds_native:  # tune on first use: this call timed PyTorch's op faster
-            self.pref = True
-        if self.no_fp32_dw and out.dtype == torch.float32 and x.dtype != torch.float32:
+        if self.no_fp32_dw and dw_dtype == "fp32" and x.dtype != torch.float32:
+            self.calls.append(dict(req, x=x, dy=dy))
             raise NoKernelError("no cached kernel fits dw_dtype=fp32; build one with: skwgrad compile-all ...")
-        fn = torch.nn.grad.conv3d_weight if x.dim() == 5 else torch.nn.grad.conv2d_weight
-        ref = fn(x.double(), out.shape, dy.double(), stride, padding, dilation, groups)
-        out.copy_(ref * (3 if self.wrong else 1))
-        return out
+        self.resolved += 1
+        shape0 = dy.shape[1]
+
+        def call(x, dy, out, stream):
+            assert out is None and stream is None
+            self.calls.append(dict(req, x=x, dy=dy))
+            if self.tuning and self.tuning_finds_native:  # tune on first use: this call timed PyTorch's op faster
+                self.pref = True
+            fn = torch.nn.grad.conv3d_weight if x.dim() == 5 else torch.nn.grad.conv2d_weight
+            shape = (shape0, x.shape[1] // groups, *filter_size)
+            ref = fn(x.double(), shape, dy.double(), stride, padding, dilation, groups)
+            fmt = torch.channels_last_3d if x.dim() == 5 else torch.channels_last
+            res = torch.empty(shape, dtype=req["dw_dtype"], memory_format=fmt)
+            res.copy_(ref * (3 if self.wrong else 1))
+            return res
+
+        return call
 
     def native_preferred(self, problem, **where):
         assert isinstance(problem, ConvProblem)
@@ -444,7 +465,7 @@ def test_routes_to_skwgrad_with_weight_dtype_layout_and_allocator(fake_gpu, capl
     (call,) = fl.calls
     assert call["layout"] == "nchw" and call["filter_size"] == (3, 3) and call["stride"] == (2, 2)
     assert call["padding"] == (1, 1) and call["groups"] == 2 and "deterministic" not in call
-    assert call["x"].is_contiguous(memory_format=CL)
+    assert call["dw_dtype"] == torch.float32 and call["x"] is x and fl.resolved == 1
     assert dw.dtype == torch.float32 and dw.stride() == _cl_strides((6, 2, 3, 3))
     ref = torch.nn.grad.conv2d_weight(x.double(), [6, 2, 3, 3], dy.double(), 2, 1, 1, 2)
     assert torch.allclose(dw.double(), ref, rtol=1e-6, atol=1e-6) and ref.abs().max() > 1
@@ -457,7 +478,8 @@ def test_no_fp32_dw_kernel_computes_in_input_dtype_and_widens(fake_gpu):
     fl = fake_gpu(FakeLauncher(no_fp32_dw=True))
     dw, (x, dy) = _bf16_wgrad_call()
     _bf16_wgrad_call()
-    assert [c["out"].dtype for c in fl.calls] == [torch.float32, torch.bfloat16, torch.bfloat16]  # remembered
+    assert [c["dw_dtype"] for c in fl.calls] == [torch.float32, torch.bfloat16, torch.bfloat16]  # remembered
+    assert fl.resolved == 1  # the second call launched the bf16 call it kept
     assert dw.dtype == torch.float32 and dw.stride() == _cl_strides((6, 2, 3, 3))
     ref = torch.nn.grad.conv2d_weight(x.double(), [6, 2, 3, 3], dy.double(), 2, 1, 1, 2)
     assert torch.equal(dw, ref.bfloat16().float())  # the stand-in's exact dW, rounded to bf16, widened
@@ -465,11 +487,15 @@ def test_no_fp32_dw_kernel_computes_in_input_dtype_and_widens(fake_gpu):
     assert (s["skwgrad"], s["native"], s["dw_cast"]) == (2, 0, 2)
 
 
-def test_contiguous_inputs_are_given_channels_last(fake_gpu):
+def test_inputs_of_any_memory_format_are_read_by_pytorchs_convention(fake_gpu):
+    # The launcher reads torch tensors as (N, C, H, W) whatever their strides (layout="nchw") and
+    # converts what is not channels-last itself; each memory format gets its own resolved call.
     fl = fake_gpu(FakeLauncher())
-    args = _wgrad_args(WGRAD_CASES[0], channels_last=False)
-    torch.ops.skwgrad.conv_weight_grad(*args)
-    assert fl.calls[0]["x"].is_contiguous(memory_format=CL) and fl.calls[0]["dy"].is_contiguous(memory_format=CL)
+    for cl in (False, True, False):
+        args = _wgrad_args(WGRAD_CASES[0], channels_last=cl)
+        torch.ops.skwgrad.conv_weight_grad(*args)
+        assert fl.calls[-1]["layout"] == "nchw" and fl.calls[-1]["x"] is args[0]
+    assert fl.resolved == 2 and len(fl.calls) == 3
 
 
 def test_deterministic_algorithms_are_passed_on(fake_gpu):
@@ -498,7 +524,7 @@ def test_no_kernel_falls_back_and_sticks(fake_gpu):
     dw1, (x, dy) = _bf16_wgrad_call()
     dw2, _ = _bf16_wgrad_call()
     # fp32 dW, then bf16 dW to widen; the second call knew to go native at once.
-    assert [c["out"].dtype for c in fl.calls] == [torch.float32, torch.bfloat16]
+    assert [c["dw_dtype"] for c in fl.calls] == [torch.float32, torch.bfloat16]
     native = _ops._native_wgrad(x, dy, [6, 2, 3, 3], [2, 2], [1, 1], [1, 1], 2, torch.float32)
     assert torch.equal(dw1, native) and torch.equal(dw2, native)
     assert dw1.stride() == _cl_strides((6, 2, 3, 3))
@@ -600,11 +626,16 @@ def test_verify_mode_passes_a_right_result(fake_gpu):
 
 
 class _NoGraphLauncher(FakeLauncher):
-    """Writes dW as the real launcher does: into out, outside autograd's view."""
+    """Writes dW as the real launcher does: outside autograd's view."""
 
-    def wgrad(self, *a, **k):
-        with torch.no_grad():
-            return super().wgrad(*a, **k)
+    def torch_call(self, *a, **k):
+        call = super().torch_call(*a, **k)
+
+        def no_graph(*args):
+            with torch.no_grad():
+                return call(*args)
+
+        return no_graph
 
 
 def test_backward_through_skwgrads_dw_raises_and_no_grad_gives_plain_tensor(fake_gpu):

@@ -40,6 +40,7 @@ _lock = threading.Lock()
 _caches: dict[str, object] = {}
 stats = {"plans_built": 0, "calls_resolved": 0, "tuned": 0}  # what the slow paths had to do (tests, debugging)
 _tuning: bool | None = None  # set_tuning(); None: $SKWGRAD_TUNE decides
+_generation = 0  # bumped by clear_plans(): a TorchCall held outside _calls is stale after it
 
 
 def set_tuning(on: bool | None) -> None:
@@ -252,16 +253,7 @@ def wgrad(
     except AttributeError:  # not torch tensors
         tkey = None
     if tkey is not None:
-        try:
-            key = (tkey, filter_size, stride, padding, dilation, groups, cache, options, tuple(kw.items()) if kw else ())
-            call = _calls.get(key)
-        except TypeError:  # lists and such: the same key, made hashable (a little slower)
-            try:
-                key = (tkey, _hashable(filter_size), _hashable(stride), _hashable(padding), _hashable(dilation), groups,
-                       cache, options, tuple((k, _hashable(v)) for k, v in kw.items()))  # fmt: skip
-                call = _calls.get(key)
-            except TypeError:  # really unhashable: the slow path reports what is wrong
-                key = None
+        key, call = _lookup(tkey, filter_size, stride, padding, dilation, groups, cache, options, kw)
     if call is not None:
         return call(x, dy, out, None if stream is None else stream_int(stream))
     if tkey is not None and not (x.is_cuda and dy.is_cuda and (out is None or out.is_cuda)):
@@ -281,6 +273,57 @@ def wgrad(
             gkey = hit = None
         if hit is not None:
             return run_arrays(hit[0], hit[1], vx, vdy, vout, s)
+    p, reading = _resolve(vx, vdy, vout, s, filter_size, stride, padding, dilation, groups, cache, options, kw)
+    if tkey is not None and key is not None:
+        call = TorchCall(p, reading, vx, vout)
+        _remember(key, call)
+        return call(x, dy, out, s)
+    _remember(gkey, (p, reading))
+    return run_arrays(p, reading, vx, vdy, vout, s)
+
+
+def torch_call(x, dy, *, filter_size, stride=1, padding=0, dilation=1, groups: int = 1, cache=None,
+               options: LaunchOptions | None = None, **kw) -> TorchCall:
+    """What ``wgrad(x, dy, ...)`` (same arguments, no ``out``) runs for CUDA torch tensors of x's and
+    dy's shapes, strides, dtypes and device, resolved without launching anything: ``call(x2, dy2,
+    None, None)`` computes dW of any such pair on torch's current stream, like ``wgrad`` does, but
+    without its per-call key and lookup. For frameworks that remember one call per layer; a call
+    stays valid until ``clear_plans()`` (``calls_generation()`` then changes)."""
+    tkey = _torch_key(x, dy, None)
+    if not (x.is_cuda and dy.is_cuda):
+        raise ProblemError("torch_call takes CUDA (or ROCm) torch tensors; use wgrad() for other arrays")
+    key, call = _lookup(tkey, filter_size, stride, padding, dilation, groups, cache, options, kw)
+    if call is None:
+        vx, vdy = view(x, "x", 0), view(dy, "dy", 0)
+        p, reading = _resolve(vx, vdy, None, None, filter_size, stride, padding, dilation, groups, cache, options, kw)
+        call = TorchCall(p, reading, vx, None)
+        _remember(key, call)
+    return call
+
+
+def calls_generation() -> int:
+    """Changes whenever the cached plans and calls are dropped (``clear_plans``)."""
+    return _generation
+
+
+def _lookup(tkey, filter_size, stride, padding, dilation, groups, cache, options, kw):
+    """(the fast path's key of a torch call, its cached call or None); the key is None when some
+    argument cannot be hashed (the slow path then reports what is wrong)."""
+    try:
+        key = (tkey, filter_size, stride, padding, dilation, groups, cache, options, tuple(kw.items()) if kw else ())
+        return key, _calls.get(key)
+    except TypeError:  # lists and such: the same key, made hashable (a little slower)
+        try:
+            key = (tkey, _hashable(filter_size), _hashable(stride), _hashable(padding), _hashable(dilation), groups,
+                   cache, options, tuple((k, _hashable(v)) for k, v in kw.items()))  # fmt: skip
+            return key, _calls.get(key)
+        except TypeError:
+            return None, None
+
+
+def _resolve(vx, vdy, vout, s, filter_size, stride, padding, dilation, groups, cache, options, kw):
+    """The slow path: read the viewed arrays, check every argument before any device work, and
+    return (plan, reading)."""
     opts = _options(options, kw)  # every argument checked before any device work
     dw_dtype = opts.dw_dtype
     if vout is not None:
@@ -303,12 +346,7 @@ def wgrad(
     be = get_backend(dev, kind if not os.environ.get("SKWGRAD_BACKEND") else None)
     p = plan_for(reading.problem, opts, cache=cache, backend=be, stream=s if s is not None else stream_of(views, None))
     stats["calls_resolved"] += 1
-    if tkey is not None and key is not None:
-        call = TorchCall(p, reading, vx, vout)
-        _remember(key, call)
-        return call(x, dy, out, s)
-    _remember(gkey, (p, reading))
-    return run_arrays(p, reading, vx, vdy, vout, s)
+    return p, reading
 
 
 def _remember(key, value) -> None:
@@ -356,6 +394,8 @@ def tune(problem, *, cache=None, device=None, streamk: str = "all", reductions=N
 
 
 def clear_plans() -> None:
+    global _generation
     with _lock:
         _plans.clear()
         _calls.clear()
+        _generation += 1

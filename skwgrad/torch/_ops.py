@@ -157,7 +157,7 @@ _lock = threading.Lock()
 _by_problem: dict = {}
 _by_layer: dict = {}
 _skipped_modules: dict = {}
-_logged: set = set()
+_counted: dict = {}  # (problem, layer, path, reason, cast) -> the counter entries it adds to (and was logged)
 _LOUD = {"damaged_entry", "cache", "check_failed", "capture"}
 
 
@@ -171,21 +171,19 @@ def _entry(table, key, problem=None):
 
 
 def _count(desc: str, layer: str, path: str, reason: str | None, detail: str = "", cast: bool = False) -> None:
+    token = (desc, layer, path, reason, cast)
     with _lock:
-        entries = [_entry(_by_problem, desc)]
-        if layer:
-            entries.append(_entry(_by_layer, layer, desc))
+        entries = _counted.get(token)
+        first = entries is None
+        if first:
+            entries = _counted[token] = [_entry(_by_problem, desc)] + ([_entry(_by_layer, layer, desc)] if layer else [])
         for e in entries:
             e[path] += 1
             if cast:
                 e["dw_cast"] = e.get("dw_cast", 0) + 1
             if reason:
                 e["reasons"][reason] = e["reasons"].get(reason, 0) + 1
-        token = (desc, layer, path, reason, cast)
-        first = token not in _logged
-        if first:
-            _logged.add(token)
-    if first:
+    if first:  # logged once per (problem, layer, path, reason, cast)
         level = logging.WARNING if reason in _LOUD else logging.DEBUG
         log.log(level, "wgrad %s%s: %s%s%s%s", desc, f" (layer {layer})" if layer else "", path,
                 f" [{reason}: {NATIVE_REASONS.get(reason, reason)}]" if reason else "",
@@ -227,7 +225,7 @@ def reset_stats() -> None:
         _by_problem.clear()
         _by_layer.clear()
         _skipped_modules.clear()
-        _logged.clear()
+        _counted.clear()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,14 +341,8 @@ def _api():
     if _launcher is None:
         from skwgrad.launcher import api
 
-        # The launcher's options (LaunchOptions) take deterministic=, layout= and precision=.
-        _launcher = {
-            "api": api,
-            "deterministic": True,
-            "layout": True,
-            "precision": True,
-            "native_preferred": getattr(api, "native_preferred", None),
-        }
+        # The launcher's options (LaunchOptions) take deterministic=.
+        _launcher = {"api": api, "deterministic": True, "native_preferred": getattr(api, "native_preferred", None)}
     return _launcher
 
 
@@ -389,10 +381,11 @@ def _gpu_device(x: Tensor) -> bool:
 
 def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision):
     """[description, problem or None, sticky native reason or None, dtype skwgrad computes dW in
-    (None: the dW dtype), whether the tuned record was read again after the first launch],
-    memoised per shape."""
-    key = (x.device.type, x.device.index, tuple(x.shape), tuple(dy.shape), tuple(weight_shape), tuple(stride),
-           tuple(padding), tuple(dilation), groups, x.dtype, dy.dtype, dw_dtype, deterministic, precision)  # fmt: skip
+    (None: the dW dtype), whether the tuned record was read again after the first launch, the
+    launcher's resolved calls (``_skwgrad_wgrad``)], memoised per shape."""
+    # weight_shape, stride, padding and dilation are tuples (_prepare); shapes are torch.Size (tuples)
+    key = (x.device, x.shape, dy.shape, weight_shape, stride, padding, dilation, groups, x.dtype, dy.dtype, dw_dtype,
+           deterministic, precision)  # fmt: skip
     d = _decisions.get(key)
     if d is not None:
         return key, d
@@ -422,7 +415,7 @@ def _decide(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, de
                         reason = "tuned_native"
                 except SkwgradError as e:
                     reason = _reason_of(e)
-    d = [desc, problem, reason, None, False]
+    d = [desc, problem, reason, None, False, {}]
     with _lock:
         _decisions[key] = d
     return key, d
@@ -440,27 +433,31 @@ def _native_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dty
     return _as_cl(dw, weight_shape, dw_dtype)
 
 
-def _skwgrad_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision) -> Tensor:
-    launcher = _api()
-    sd = len(weight_shape) - 2
-    fmt = _cl_format(sd)
-    xc = x if x.is_contiguous(memory_format=fmt) else x.contiguous(memory_format=fmt)
-    dyc = dy if dy.is_contiguous(memory_format=fmt) else dy.contiguous(memory_format=fmt)
-    out = torch.empty(weight_shape, dtype=dw_dtype, device=x.device, memory_format=fmt)  # torch's caching allocator
-    kw = dict(filter_size=tuple(weight_shape[2:]), stride=tuple(stride), padding=tuple(padding),
-              dilation=tuple(dilation), groups=groups, out=out, cache=_cfg.cache)  # fmt: skip
-    if _cfg.streamk != "auto":
-        kw["streamk"] = _cfg.streamk
-    if _cfg.reduction != "auto":
-        kw["reduction"] = _cfg.reduction
-    if deterministic:
-        kw["deterministic"] = True
-    if launcher["layout"]:
-        kw["layout"] = "nchw"  # torch tensors are PyTorch-shaped, whatever the strides
-    if launcher["precision"] and x.dtype == torch.float32:
-        kw["precision"] = precision
-    launcher["api"].wgrad(xc, dyc, **kw)
-    return out
+def _skwgrad_wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, deterministic, precision,
+                   calls=None) -> Tensor:
+    """skwgrad's dW, channels-last, allocated by torch's caching allocator. ``calls`` (a decision's
+    dict) remembers the launcher's resolved call per (dW dtype, x's and dy's strides), so a repeated
+    call only launches (``skwgrad.launcher.api.torch_call``)."""
+    api = _api()["api"]
+    ck = (dw_dtype, x.stride(), dy.stride())
+    got = calls.get(ck) if calls is not None else None
+    gen = api.calls_generation()
+    if got is None or got[0] != gen:
+        kw = dict(filter_size=tuple(weight_shape[2:]), stride=tuple(stride), padding=tuple(padding),
+                  dilation=tuple(dilation), groups=groups, cache=_cfg.cache, dw_dtype=_DTYPE_NAMES[dw_dtype],
+                  layout="nchw")  # torch tensors are PyTorch-shaped, whatever the strides  # fmt: skip
+        if _cfg.streamk != "auto":
+            kw["streamk"] = _cfg.streamk
+        if _cfg.reduction != "auto":
+            kw["reduction"] = _cfg.reduction
+        if deterministic:
+            kw["deterministic"] = True
+        if x.dtype == torch.float32:
+            kw["precision"] = precision
+        got = (gen, api.torch_call(x, dy, **kw))
+        if calls is not None:
+            calls[ck] = got
+    return got[1](x, dy, None, None)
 
 
 def _capturing() -> bool:
@@ -503,7 +500,7 @@ def _prepare(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype) -
     """The settings and the memoised decision of one weight gradient: (weight_shape, stride,
     padding, dilation, dw_dtype, deterministic, precision, key, decision, native reason known
     before trying skwgrad or None)."""
-    weight_shape, stride, padding, dilation = list(weight_shape), list(stride), list(padding), list(dilation)
+    weight_shape, stride, padding, dilation = tuple(weight_shape), tuple(stride), tuple(padding), tuple(dilation)
     dw_dtype = dw_dtype if dw_dtype is not None else x.dtype
     deterministic = torch.are_deterministic_algorithms_enabled()
     precision = _fp32_precision() if x.dtype == torch.float32 else ""
@@ -524,13 +521,13 @@ def _wgrad(x, dy, weight_shape, stride, padding, dilation, groups, dw_dtype, nam
         args = (x, dy, weight_shape, stride, padding, dilation, groups)
         try:
             try:
-                dw = _skwgrad_wgrad(*args, compute or dw_dtype, deterministic, precision)
+                dw = _skwgrad_wgrad(*args, compute or dw_dtype, deterministic, precision, d[5])
             except SkwgradError as e:
                 # Half inputs with an fp32 weight (autocast) and no fp32-dW kernel: compute dW in
                 # the input dtype and widen it, which is what PyTorch's autocast does natively.
                 if compute is not None or dw_dtype == x.dtype or _reason_of(e) != "no_kernel":
                     raise
-                dw = _skwgrad_wgrad(*args, x.dtype, deterministic, precision)
+                dw = _skwgrad_wgrad(*args, x.dtype, deterministic, precision, d[5])
                 d[3] = compute = x.dtype
             if compute is not None:
                 dw = _as_cl(dw, weight_shape, dw_dtype)
@@ -699,20 +696,22 @@ _conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
 _PLAIN_TYPES = (Tensor, nn.Parameter)
 
 
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_jit_tracing = torch._C._is_tracing
+_functorch_active = torch._C._are_functorch_transforms_active
+
+
 def _eager(x, weight, bias) -> bool:
     """Whether this call runs eagerly on plain tensors (not traced), so _EagerConv may run it.
-    is_compiling() comes first: under dynamo it is a constant and the rest is never traced."""
+    is_compiling() comes first: under dynamo it is a constant and the rest is never traced. The
+    other checks call torch._C directly (``torch.jit.is_tracing()`` and friends are Python
+    wrappers around them: host time on every conv of every step)."""
     if torch.compiler.is_compiling():
         return False
-    if type(x) not in _PLAIN_TYPES or type(weight) not in _PLAIN_TYPES:
+    if type(x) not in _PLAIN_TYPES or type(weight) not in _PLAIN_TYPES or (bias is not None and type(bias) not in _PLAIN_TYPES):
         return False
-    if bias is not None and type(bias) not in _PLAIN_TYPES:
-        return False
-    if x.device.type == "meta" or torch._C._len_torch_dispatch_stack():  # FakeTensor/proxy/functional modes
-        return False
-    if torch.jit.is_tracing() or torch._C._are_functorch_transforms_active():
-        return False
-    return True
+    # meta tensors, FakeTensor/proxy/functional modes, jit tracing, functorch transforms
+    return not (x.is_meta or _dispatch_modes() or _jit_tracing() or _functorch_active())
 
 
 _aten_convolution = torch.ops.aten.convolution.default
@@ -775,6 +774,15 @@ class _EagerConv(torch.autograd.Function):
         return gx, gw, gb, None, None, None, None, None
 
 
+# Eagerly (_eager: no functorch transform, no tracer), Function.apply's Python adds nothing to the
+# C apply it ends in but the unwrapping of functorch's dead wrappers, which only exist under those
+# transforms; the C apply bound to _EagerConv skips that per-conv host time.
+try:
+    _eager_conv_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _EagerConv)
+except (AttributeError, KeyError, TypeError):  # pragma: no cover - a torch that moved it
+    _eager_conv_apply = _EagerConv.apply
+
+
 # ---------------------------------------------------------------------------------------------
 # torch.nn.functional-compatible convolutions
 # ---------------------------------------------------------------------------------------------
@@ -823,8 +831,10 @@ def _conv(sd, input, weight, bias, stride, padding, dilation, groups, name):
         pad = None  # mixed dtypes outside autocast: PyTorch's error (or its behaviour)
     if pad is None:  # asymmetric 'same' padding: the whole convolution stays PyTorch's
         return native(input, weight, bias, stride, padding, dilation, groups)
-    if torch.compiler.is_compiling() or _eager(input, weight, bias):  # dynamo traces the function
+    if torch.compiler.is_compiling():  # dynamo traces the function (through Function.apply)
         return _EagerConv.apply(input, weight, bias, stride, pad, dilation, int(groups), name)
+    if _eager(input, weight, bias):
+        return _eager_conv_apply(input, weight, bias, stride, pad, dilation, int(groups), name)
     return torch.ops.skwgrad.conv(input, weight, bias, stride, pad, dilation, int(groups), name)
 
 
