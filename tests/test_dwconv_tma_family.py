@@ -137,7 +137,7 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     for it in sweep("default", ["sm_90"], ["bf16", "fp32"]):
         c.add(it.spec, it.arch)
     assert S.DWCONV_TMA_MIN_CHANNELS == 256
-    big = parse_problem("n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,dtype=bf16,dw_dtype=fp32")
+    big = parse_problem("n=32,c=384,k=384,g=384,h=15,w=15,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
     ch = S.choose(big, c, arch="sm_90", cus=132)
     assert ch.spec.family == "dwconv_tma" and ch.spec.variant == "atomic" and ch.ks_count == 22 and ch.stage2 is None
     ch16 = S.choose(dataclasses.replace(big, dw_dtype="bf16"), c, arch="sm_90", cus=132)
@@ -145,6 +145,7 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     for text in (
         "n=32,c=128,k=128,g=128,h=15,w=15,y=5,x=5,padding=2,dtype=bf16",  # few channels: the window kernel
         "n=32,c=384,k=384,g=384,h=14,w=14,y=3,x=3,padding=1,dtype=bf16",  # 3x3 on strips of 7: the 32-channel window kernel
+        "n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,dtype=bf16,dw_dtype=fp32",  # 5x5: the window kernel (D1/D2)
         "n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,stride=2,dtype=bf16",  # stride 2
         "n=32,c=384,k=384,g=384,h=15,w=15,y=7,x=7,padding=3,dtype=bf16",  # 7x7
         "n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,dtype=fp32,precision=tf32",  # fp32 input
@@ -154,7 +155,14 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     assert S.choose(big, c, arch="sm_90", cus=132, reduction="two_stage").spec.family != "dwconv_tma"
     everything = S.all_choices(big, c, arch="sm_90", cus=132)
     assert everything[0].spec.family == "dwconv_tma" and everything[0].ks_count == 22  # auto's launch leads the search
-    assert {x.ks_count for x in everything if x.spec.family == "dwconv_tma" and x.spec.bn == 5} == {11, 22, 44}
+    assert {x.ks_count for x in everything if x.spec.family == "dwconv_tma" and x.spec.bn == 3} == {11, 22, 44}
+    # the 5x5 kernel is built by the broad preset only, and auto never takes it (DWCONV_TMA_FILTER_WIDTHS)
+    widths = lambda preset: {it.spec.bn for it in sweep(preset, ["sm_90"], ["bf16"]) if it.spec.family == "dwconv_tma"}  # noqa: E731
+    assert widths("default") == {3} and widths("broad") == {3, 5}
+    for it in sweep("broad", ["sm_90"], ["bf16"]):
+        c.add(it.spec, it.arch)
+    five = parse_problem("n=32,c=384,k=384,g=384,h=15,w=15,y=5,x=5,padding=2,dtype=bf16,dw_dtype=fp32")
+    assert S.choose(five, c, arch="sm_90", cus=132).spec.family == "dwconv"
     assert not [it for it in sweep("default", ["gfx942", "gfx950"], ["bf16", "fp16"]) if it.spec.family == "dwconv_tma"]
 
 

@@ -600,6 +600,11 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
 # layers below 128 channels or at 57-112 px; in the product (run X7, 14 layers of 256-768 channels
 # drawn before they were timed) 1.113x, faster on 12; at 184-200 channels mixed (0.84-1.14).
 DWCONV_TMA_MIN_CHANNELS = 256
+# Filter widths the family takes. Session 25 (runs D1, D2), against the window kernels with the
+# epilogue without a shuffle tree: on 8 5x5 layers of 256-1152 channels at 7-28 px the window kernel
+# ran 0.51-0.93x the family's time (geomean 0.77; EfficientNet-B0 1152 ch 7 px 13.8 against 27.1 us);
+# on the two 3x3 layers it took (strips of 5: 392 ch 29 px, 760 ch 15 px) the family was 1.13-1.19x faster.
+DWCONV_TMA_FILTER_WIDTHS = (3,)
 # The channel block of a window kernel, where a mode has several (sweep.DWCONV_WINDOW_BLOCKS_WAVE32):
 # none that pads the channels DWCONV_WIN_MAX_PADDING times the least-padding block or more (a 32-channel
 # block on 16, 40 or 48 channels: masked lanes); of the rest the widest whose launch has at least
@@ -622,10 +627,13 @@ def _channel_block_rank(problem: ConvProblem, spec, blocks) -> int:
 
 
 def _dwconv_tma_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
-    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels on a cached ``dwconv_tma`` kernel
-    that admits it (atomic for an fp32 dW, workspace with Stage-2 for a 16-bit one), at the family's
-    split rule; None otherwise (deterministic runs too: its adds are atomic)."""
+    """A depthwise problem of DWCONV_TMA_MIN_CHANNELS+ channels and a filter width of
+    DWCONV_TMA_FILTER_WIDTHS on a cached ``dwconv_tma`` kernel that admits it (atomic for an fp32
+    dW, workspace with Stage-2 for a 16-bit one), at the family's split rule; None otherwise
+    (deterministic runs too: its adds are atomic)."""
     if problem.g < DWCONV_TMA_MIN_CHANNELS or o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
+        return None
+    if problem.x not in DWCONV_TMA_FILTER_WIDTHS:
         return None
     ks_all = sorted(candidates(cache, arch, problem, family="dwconv_tma", exclude=exclude), key=lambda k: k.label)
     for k in ks_all:
