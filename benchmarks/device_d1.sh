@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (The diff it applies was removed when it shipped, b330904: `git show 4c73f2f:benchmarks/proposals/dwconv_window_epilogue.diff`.)
 # H200, session 25 (issue 11): the depthwise window epilogue without a shuffle tree
 # (benchmarks/proposals/dwconv_window_epilogue.diff) against the shipped one, at 32 and 16 KiB of shared
 # memory a CTA. Sets: dw_models_2026-12-04 (the 23 distinct depthwise layers of the four C1 models) and

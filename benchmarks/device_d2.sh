@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (The diff it applies was removed when it shipped, b330904: `git show 4c73f2f:benchmarks/proposals/dwconv_window_epilogue.diff`.)
 # H200, session 25 (issue 11): after D1 (the window epilogue without a shuffle tree, 0.91x / 0.96x the time of
 # the shipped one, slower only on the 32-channel 3x3 kernel at 55-56 px):
 # 1. its shared-memory budget, 8 KiB against 16 KiB a CTA (ab_caches, A = B16, B = B8) on D1's two sets;
