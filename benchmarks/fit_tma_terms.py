@@ -105,8 +105,10 @@ def product_samples(doc: dict, cache, *, stale_wide_dw: bool = False) -> list[di
     return out
 
 
+# model 13's two terms (the pointwise Triton loops' credit per load, the splits adding into each dW
+# element) are fitted with them: they set the pointwise and atomic launches against the others
 FIT_ALL = ("main_iter_tma", "main_mac_tma", "main_bytes_tma", "fill_tma", "main_chain_tma",
-           *(n for n in M.TERMS if n.startswith("fixed_")))  # fmt: skip
+           *(n for n in M.TERMS if n.startswith("fixed_")), "main_loads_pointwise", "fixup_atomic_chain")  # fmt: skip
 
 
 def all_family_samples(doc: dict, cache, *, stale_wide_dw: bool = False) -> list[dict]:

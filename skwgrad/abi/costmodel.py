@@ -51,6 +51,17 @@ co-residency on a CU and the CU count):
              ``main_iter_grouped``: a price per iteration on the critical path of the packed-group
              (``grouped``) loop, which its loads and MMAs alone under-price (cross-validated by shape
              set on 21 sets: 5 more rows within 5% of the fastest, none fewer in any set).
+             ``main_loads_pointwise`` (model 13): a credit per load on the critical path (path
+             iterations x loads per iteration, entered negative) of the Triton kernels that address
+             x as a plain matrix (``spec.pointwise``, split-K and stream-K): their loop has no
+             im2col arithmetic (no division of the reduction index into image, row, column and
+             tap, no bounds masks) ahead of each load, so one CTA's iteration is shorter than the
+             shared load price, fitted mostly on im2col loops, says. A credit, not a price on the
+             im2col loops, because those loops' constants come from the calibrate corpora and are
+             held here; its constant stays far below ``main_loads_shared``'s (path <= cu_iters),
+             so a launch's main-loop price stays positive. Measured (H200 C3 and V5-A9): 2dpw
+             direct launches on 7-14 px planes ran 0.82x their model-12 prediction, the same
+             tiles on 1x1 stride-2 layers (im2col) 1.01-1.03x.
 ``epilogue`` tile stores on the critical path (split-K: one per CTA the busiest CU runs; a persistent
              CTA's per DP tile it walks; a stream-K range one per tile it touches), in the bytes
              they write, times (stream-K) the ``r`` co-resident CTAs whose stores leave the same CU.
@@ -67,6 +78,12 @@ co-residency on a CU and the CU count):
              reductions and split-K epilogues (split-K: every split adds its whole tile),
              device-wide per CU (K elements): the L2 executes them and the issuing CTA does not
              wait, so what costs is their throughput, not one CTA's latency.
+             ``fixup_atomic_chain`` (model 13): the splits that add into each dW element of an
+             atomic or workspace launch (split-K, packed-group, TMA: ``ks_count``): adds to one
+             address serialize in its L2 slice, so many splits onto a small dW cost more than
+             their device-wide throughput (``fixup_atomic``) says (C3: 64x64 three-CTA TMA,
+             1x1 64->64 at 56 px, 4096 dW elements, ks 131 / 262 / 392: 12.3 / 14.8 / 17.1 us,
+             predicted 11.9 / 11.4 / 11.9).
 ``stage2``   the Stage-2 reduce: bytes of replicas it reads (and zeroes again, for the split-K and
              stream-K workspace replica) and of dW it writes; ``stage2_chain``: its latency
              chain, since each thread sums the replicas STAGE2_UNROLL at a time (steps x waves of
@@ -109,7 +126,7 @@ from skwgrad.abi.launch import LaunchGeometry, grouped_packed, tma_groups_per_ti
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 12  # 12: the TMA loop's extra price per CTA-iteration of the busiest CU with co-resident CTAs, by the share of its boxes partly past the channels; 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 13  # 13: a credit per load on the critical path of the pointwise Triton loops, and a price per split adding into each dW element (atomic / workspace); 12: the TMA loop's extra price per CTA-iteration of the busiest CU with co-resident CTAs, by the share of its boxes partly past the channels; 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -139,6 +156,7 @@ TERMS = (
     "main_iter_tma_pointwise",  # model 10
     "main_iter_tma_3d",  # model 11
     "main_iter_tma_partial_box",  # model 12
+    "main_loads_pointwise", "fixup_atomic_chain",  # model 13
 )  # fmt: skip
 
 # Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
@@ -367,6 +385,8 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         float(path) if tma and problem.is_pointwise else 0.0,
         float(cu_iters) if tma and problem.spatial_dims == 3 else 0.0,
         cu_iters * tma_partial_box_share(problem, spec) if tma and resident >= 2 else 0.0,
+        -float(path) * loads if spec.family in ("wgrad", "wgrad_sk") and spec.pointwise else 0.0,
+        float(geo.ks_count) if v in ("atomic", "workspace") and spec.family in ("wgrad", "grouped", "wgrad_tma") else 0.0,
     )  # fmt: skip
     floor_us = landed / TMA_FILL_CEILING[arch] if tma and arch in TMA_FILL_CEILING else 0.0
     return Terms(values, resident, path, floor_us)
@@ -396,7 +416,7 @@ class CostModel:
     def explain(self, t: Terms) -> dict:
         """Microseconds per term (the non-zero ones), largest first; where the fill ceiling binds,
         ``tma_fill_ceiling`` is the time it adds beyond the terms' sum."""
-        parts = {n: c * x for n, c, x in zip(TERMS, self.constants, t.values) if c * x > 0}
+        parts = {n: c * x for n, c, x in zip(TERMS, self.constants, t.values) if c * x != 0}  # a credit (main_loads_pointwise) is negative
         extra = t.floor_us - sum(parts.values())
         if extra > 0:
             parts["tma_fill_ceiling"] = extra
@@ -548,9 +568,21 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # 0, 1.8095, 0.0259607; TMA classes 3.17682, 6.42723, 6.42723); 5-fold by row over all 92 rows:
 # 70/92, 1.036 against 62/92, 1.046. The timings are 16-bit inputs only; fp32 (tf32 / ieee)
 # launches take the same fixed costs, not judged on this data.
-_CLASSES_SM90 = (4.41947, 6.56145, 0.0, 6.47068, 0.0, 6.82701, 0.0, 5.93179)
-_TMA_LOOP_SM90 = (0.12161, 0.00188543, 0.0, 1.49248, 0.023711, 32.0)
-_TMA_CLASSES_SM90 = (3.1349, 5.54863, 5.39034)
+# Model 13 (2026-12-04, CPU only, on recorded timings): the TMA loop's constants and every class's
+# fixed cost refitted with main_loads_pointwise and fixup_atomic_chain (benchmarks/fit_tma_terms.py
+# --product ... --all-families, which fits both) on every launch the product timed in runs V5-A9 and C3 (4243
+# launches, 533 rows with two or more; kernel metadata compiled from HEAD's default and broad
+# presets; padded launches left out). Cross-validated by shape set (fit without a set, judge each
+# row's pick among its timed launches; C3's four model sets held out together): within 5% of the
+# fastest on C3's 61/77 rows, geomean 1.031, against 54/77, 1.043 with model 12's constants (a
+# refit without the two terms: 51/77, 1.045); the other 25 sets 364/456, 1.0281 against 357/456,
+# 1.0285 (benchmarks/results/costmodel_fit_2026-12-04_m13.json). Model 12's: classes 4.41947,
+# 6.56145, 0, 6.47068, 0, 6.82701, 0, 5.93179; TMA loop 0.12161, 0.00188543, 0, 1.49248, 0.023711;
+# TMA classes 3.1349, 5.54863, 5.39034.
+_CLASSES_SM90 = (3.83379, 6.04422, 0.0, 5.97529, 0.0, 6.69281, 0.0, 5.50395)
+_TMA_LOOP_SM90 = (0.073869, 0.0, 0.00275165, 0.931691, 0.0207893, 32.0)
+_TMA_CLASSES_SM90 = (3.21702, 5.36226, 6.26885)
+_M13_SM90 = (0.0521317, 0.0111598)  # main_loads_pointwise, fixup_atomic_chain
 # main_iter_tma_pointwise (model 10): on 1x1 stride-1 layers the TMA launches near each row's
 # fastest ran 1.04-1.06x their prediction and the pointwise Triton kernels (x read as a plain
 # matrix) 0.91-0.96x, in the product's timings of sessions 15-17 and on W4's sets alike. Fitted
@@ -612,7 +644,8 @@ _BUILTIN: dict[str, tuple] = {
               *_TMA_CLASSES_SM90,
               *_TMA_POINTWISE_SM90,
               *_TMA_3D_SM90,
-              *_TMA_PARTIAL_BOX_SM90),
+              *_TMA_PARTIAL_BOX_SM90,
+              *_M13_SM90),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -647,6 +680,7 @@ _DEFAULT_PRIOR = (
     0.0,  # TMA loop on a 1x1 stride-1 layer, per iteration on the path
     0.0,  # TMA loop on a 3-D layer, per CTA-iteration of the busiest CU
     0.0,  # TMA loop with co-resident CTAs, per CTA-iteration of the busiest CU times its partial boxes' share
+    0.0, 0.0,  # pointwise Triton loop's credit per load on the path; per split adding into each dW element
 )
 
 
