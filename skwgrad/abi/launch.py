@@ -179,8 +179,13 @@ DWCONV_WIN_SEARCH_CTAS_PER_CU = (1, 2, 4, 8)
 # of it on 18 7x7 layers, benchmarks/analyze_dwconv_ks.py --ks-sweep): the 79 other window rows keep
 # 71/79 within 5% (geomean 1.015 vs 1.016); the 7x7 rows go from 7/18 (1.103) to 11/18 (1.053); the
 # 8 drawn before the refit, left out of its fold: 6/8 (1.041) against 3/8 (1.090).
-DWCONV_WIN_CTA_COST = 2000  # a CTA's fixed cost (setup, first loads, epilogue): ~half a step of 3x3
-DWCONV_WIN_ATOMIC_COST = 2  # one split's atomic add of one dW element, serialized per element
+# Refitted (2000, 2) -> (500, 0.25) for the window epilogue without a shuffle tree (session 25: a CTA's
+# epilogue 2.3-5.4x fewer instructions, its adds one vector per tap group): H200 run D4, every
+# split degree the search times on 47 window rows of three sets drawn before it
+# (benchmarks/fit_dwconv_win_costs.py): (2000, 2) 29/47 within 5% of the fastest timed degree
+# (geomean 1.048); fitted leaving each set out and judged on it 42/47 (1.016); (500, 0.25) on all 44/47 (1.014).
+DWCONV_WIN_CTA_COST = 500  # a CTA's fixed cost (setup, first loads, epilogue)
+DWCONV_WIN_ATOMIC_COST = 0.25  # one split's atomic add of one dW element, serialized per element
 # CTAs per CU of the default window kernels, by (TR, SW) of the mode: 65536 registers / (128 threads
 # x the sm_90 bf16 build's registers: win7r3 180 -> 2, win7r3s2 168 -> 3, win7r5 128 -> 4, win7 at
 # 32 channels (sweep.DWCONV_WINDOW_BC_WAVE32) 168 -> 3, win7s2 95-107 -> 4). A kernel the table does
