@@ -136,7 +136,7 @@ def test_selection_takes_the_family_from_256_channels_where_it_applies():
     c = F.FakeCache()
     for it in sweep("default", ["sm_90"], ["bf16", "fp32"]):
         c.add(it.spec, it.arch)
-    assert S.DWCONV_TMA_MIN_CHANNELS == 256
+    assert S.DWCONV_TMA_MIN_CHANNELS == 256 and S.DWCONV_TMA_FILTER_WIDTHS == (3,)
     big = parse_problem("n=32,c=384,k=384,g=384,h=15,w=15,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
     ch = S.choose(big, c, arch="sm_90", cus=132)
     assert ch.spec.family == "dwconv_tma" and ch.spec.variant == "atomic" and ch.ks_count == 22 and ch.stage2 is None

@@ -537,6 +537,13 @@ def tma_geometry(problem: ConvProblem, variant: str, *, bm: int, bn: int, bk: in
 # benchmarks/dw_tma_proto.py on 10 layers of 256-768 channels: the fastest of 5 timed degrees on 9,
 # within 1% on the tenth; one CTA per SM ran 5-33% slower, 3-4 per SM 3-37% slower).
 DWCONV_TMA_CTAS_PER_CU = 2
+# Filter widths the family runs in the product: selection takes it for these only and the default
+# preset builds only these (the broad and full presets build every DWCONV_TMA_CONFIGS width). Session
+# 25 (H200 runs D1, D2), against the window kernels with the epilogue without a shuffle tree: on 8 5x5
+# layers of 256-1152 channels at 7-28 px the window kernel ran 0.51-0.93x the family's time (geomean
+# 0.77; EfficientNet-B0 1152 ch 7 px 13.8 against 27.1 us); on the two 3x3 layers the family took (strips
+# of 5: 392 ch 29 px, 760 ch 15 px) it was 1.13-1.19x faster.
+DWCONV_TMA_FILTER_WIDTHS = (3,)
 
 
 def dwconv_tma_tiling(problem: ConvProblem, bc: int, taps: int, wt: int) -> Tiling:

@@ -111,7 +111,7 @@ from dataclasses import dataclass
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES
 from skwgrad.abi.kernargs import HELPER_FAMILIES, SK_REDUCTIONS
-from skwgrad.abi.launch import dwconv_window, stage2_spec
+from skwgrad.abi.launch import DWCONV_TMA_FILTER_WIDTHS, dwconv_window, stage2_spec
 from skwgrad.abi.padding import pad_spec, padding_if_possible
 from skwgrad.abi.streamk import MODES
 from skwgrad.abi.spec import KernelSpec
@@ -1023,11 +1023,9 @@ def tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec
 # 256+ channels it was timed on (H200, session 19; the tenth, 256 ch 28 px: 4% behind 16 x 32).
 # Selection takes it from DWCONV_TMA_MIN_CHANNELS (skwgrad.launcher.select), after the 32-channel 3x3
 # window kernel (DWCONV_WINDOW_BLOCKS_WAVE32: 1.04-1.26x faster on 3x3 layers of 376-768 channels, H200
-# runs B2 and B3). 80 registers (3x3), 160 (5x5), 61-67 KB of shared memory, no spills. The 5x5
-# kernel only in the broad and full presets: selection takes the family for 3x3 layers only
-# (select.DWCONV_TMA_FILTER_WIDTHS; H200 runs D1/D2, the window kernels faster on 5x5).
+# runs B2 and B3). 80 registers (3x3), 160 (5x5), 61-67 KB of shared memory, no spills. The default
+# preset builds the widths the product runs (launch.DWCONV_TMA_FILTER_WIDTHS), broad and full all.
 DWCONV_TMA_CONFIGS = ((3, 32, 16, 4, 3), (5, 32, 16, 4, 3))
-DWCONV_TMA_DEFAULT_WIDTHS = (3,)
 
 
 def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
@@ -1040,6 +1038,6 @@ def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Ker
         KernelSpec("dwconv_tma", "workspace" if dw == dtype else "atomic", dtype, dw, vec_c=W, vec_k=W, bm=bc, bn=k, bk=wt,
                    num_warps=warps, num_stages=stages)  # fmt: skip
         for k, bc, wt, warps, stages in DWCONV_TMA_CONFIGS
-        if preset in ("broad", "full") or k in DWCONV_TMA_DEFAULT_WIDTHS
+        if preset in ("broad", "full") or k in DWCONV_TMA_FILTER_WIDTHS
         for dw in dw_dtypes(dtype)
     ]

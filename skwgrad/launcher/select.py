@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
+from skwgrad.abi.launch import DWCONV_TMA_FILTER_WIDTHS, STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -600,11 +600,6 @@ def _strip_loads(problem: ConvProblem, spec) -> int:
 # layers below 128 channels or at 57-112 px; in the product (run X7, 14 layers of 256-768 channels
 # drawn before they were timed) 1.113x, faster on 12; at 184-200 channels mixed (0.84-1.14).
 DWCONV_TMA_MIN_CHANNELS = 256
-# Filter widths the family takes. Session 25 (runs D1, D2), against the window kernels with the
-# epilogue without a shuffle tree: on 8 5x5 layers of 256-1152 channels at 7-28 px the window kernel
-# ran 0.51-0.93x the family's time (geomean 0.77; EfficientNet-B0 1152 ch 7 px 13.8 against 27.1 us);
-# on the two 3x3 layers it took (strips of 5: 392 ch 29 px, 760 ch 15 px) the family was 1.13-1.19x faster.
-DWCONV_TMA_FILTER_WIDTHS = (3,)
 # The channel block of a window kernel, where a mode has several (sweep.DWCONV_WINDOW_BLOCKS_WAVE32):
 # none that pads the channels DWCONV_WIN_MAX_PADDING times the least-padding block or more (a 32-channel
 # block on 16, 40 or 48 channels: masked lanes); of the rest the widest whose launch has at least
