@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -65,16 +64,7 @@ def main():
     ap.add_argument("--dump", default="")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
-    rows = []
-    for s in a.spec:
-        try:
-            r = analyse(s, a.dump)
-        except Exception as e:
-            r = {"spec": s, "error": f"{type(e).__name__}: {str(e)[:400]}"}
-        rows.append(r)
-        print(json.dumps(r), flush=True)
-    if a.out:
-        Path(a.out).write_text(json.dumps(rows, indent=1))
+    dw_sass.run_specs(a.spec, lambda s: analyse(s, a.dump), a.out)
 
 
 if __name__ == "__main__":

@@ -73,17 +73,23 @@ def main():
     ap.add_argument("--spec", action="append", required=True)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    run_specs(a.spec, lambda s: analyse(parse(s)), a.out)
+
+
+def run_specs(specs, analyse_one, out=""):
+    """``analyse_one`` of each spec string, a JSON line each (and a list in ``out``); a configuration
+    that does not compile is a result too (its error)."""
     rows = []
-    for s in a.spec:
+    for s in specs:
         try:
-            r = analyse(parse(s))
-        except Exception as e:  # a configuration that does not compile is a result too
-            r = {"spec": s, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            r = analyse_one(s)
+        except Exception as e:  # noqa: BLE001
+            r = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
         r["spec"] = s
         rows.append(r)
         print(json.dumps(r), flush=True)
-    if a.out:
-        Path(a.out).write_text(json.dumps(rows, indent=1))
+    if out:
+        Path(out).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
