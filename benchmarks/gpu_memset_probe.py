@@ -1,12 +1,15 @@
-"""What the dW memset of an atomic launch costs in device time, per row, through auto's pick.
+"""What the dW memset of an atomic launch costs in device time, per row, through auto's pick,
+and what the dependent launch after it (``abi.arch.Arch.dependent_launch``) gives back.
 
     python benchmarks/gpu_memset_probe.py --cache CACHE --corpus SHAPES.csv [--corpus ...] --out probe.json
 
 Per row: auto's launch (``choose``, no tuned records), verified once against float64 with dW
 poisoned; where its plan zeroes dW before the kernel (the atomic epilogues), the same plan timed
-as is (``us``) and without the memset (``no_memset_us``, a wrong dW: timing only), interleaved in
-``--rounds`` rounds of ``--iters`` event-timed launches behind a stream hold. The difference is
-what a launch that needs no zeroed dW (a kernel that stores its first split) could save at most.
+as is (``us``: the memset, then the kernel, a dependent launch where the arch has it), without
+the memset (``no_memset_us``, a wrong dW: timing only) and, where the plan launches dependently,
+with a plain launch after the memset (``plain_us``, what the launcher did before), interleaved in
+``--rounds`` rounds of ``--iters`` event-timed launches behind a stream hold, who goes first
+rotating. The plain launch's dW is checked too.
 On 1x1 stride-1 2-D rows also cuBLAS's GEMM of the same reduction (``torch.mm(dy^T, x)``, dW in
 the problem's dW dtype) for orientation: the weight gradient of a pointwise layer is that GEMM.
 """
@@ -98,18 +101,29 @@ def main():
                     pl.poison(dw=bufs.dw)
                     pl.launch(bufs.dy, bufs.x, bufs.dw)
                     err = relative_error(bufs.read_dw(), wgrad_reference(p, bufs.x64, bufs.dy64))
-                    rec.update(rel_err=err, ok=bool(err <= tolerance(p.dtype, p.dw_dtype, p.precision)), zeroes_dw=bool(pl._zero_dw),
-                               dw_bytes=pl.dw_nbytes)  # fmt: skip
-                    ta, tb = [], []
+                    tol = tolerance(p.dtype, p.dw_dtype, p.precision)
+                    zero, dep = bool(pl._zero_dw), bool(pl._dependent)
+                    rec.update(rel_err=err, ok=bool(err <= tol), zeroes_dw=zero, dependent=dep, dw_bytes=pl.dw_nbytes)
+                    if dep:  # the plain launch after the memset computes dW too
+                        pl._dependent = False
+                        pl.poison(dw=bufs.dw)
+                        pl.launch(bufs.dy, bufs.x, bufs.dw)
+                        e2 = relative_error(bufs.read_dw(), wgrad_reference(p, bufs.x64, bufs.dy64))
+                        rec.update(plain_rel_err=e2, ok=rec["ok"] and bool(e2 <= tol))
+                    # case: (zero dW, dependent launch)
+                    cases = {"us": (zero, dep)}
+                    if zero:
+                        cases["no_memset_us"] = (False, False)
+                    if dep:
+                        cases["plain_us"] = (True, False)
+                    times = {k: [] for k in cases}
+                    order = list(cases)
                     for i in range(a.rounds):
-                        for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-                            pl._zero_dw = rec["zeroes_dw"] and which == 0
-                            t = pl.time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=a.iters, hold=hold)["median_us"]
-                            (ta if which == 0 else tb).append(t)
-                    pl._zero_dw = rec["zeroes_dw"]
-                    rec["us"] = statistics.median(ta)
-                    if rec["zeroes_dw"]:
-                        rec["no_memset_us"] = statistics.median(tb)
+                        for k in order[i % len(order) :] + order[: i % len(order)]:
+                            pl._zero_dw, pl._dependent = cases[k]
+                            times[k].append(pl.time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=a.iters, hold=hold)["median_us"])
+                    pl._zero_dw, pl._dependent = zero, dep
+                    rec.update({k: statistics.median(v) for k, v in times.items()})
                 finally:
                     bufs.free()
                 if p.spatial_dims == 2 and (p.y, p.x) == (1, 1) and tuple(p.stride[1:]) == (1, 1) and p.g == 1 and not any(p.pad_lo):
@@ -120,13 +134,16 @@ def main():
                 rec["error"] = f"{type(e).__name__}: {e}"[:300]
             doc["rows"].append(rec)
             print(f"{row['name'][:44]:44s} {rec.get('kernel', '')[-44:]:44s} ks={rec.get('ks')} us={rec.get('us') or 0:6.1f} "
-                  f"no_memset={rec.get('no_memset_us') or 0:6.1f} cublas={rec.get('cublas_us') or 0:6.1f} ok={rec.get('ok')}", flush=True)  # fmt: skip
+                  f"no_memset={rec.get('no_memset_us') or 0:6.1f} plain={rec.get('plain_us') or 0:6.1f} cublas={rec.get('cublas_us') or 0:6.1f} ok={rec.get('ok')}", flush=True)  # fmt: skip
             Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
     z = [r for r in doc["rows"] if r.get("no_memset_us")]
     doc["summary"] = {
         "rows": len(doc["rows"]), "all_ok": all(r.get("ok") for r in doc["rows"]), "rows_zeroing_dw": len(z),
         "memset_us_median": statistics.median([r["us"] - r["no_memset_us"] for r in z]) if z else None,
         "with_over_without_geomean": geo([r["us"] / r["no_memset_us"] for r in z]),
+        "rows_dependent": sum(1 for r in z if r.get("plain_us")),
+        "plain_over_dependent_geomean": geo([r["plain_us"] / r["us"] for r in z if r.get("plain_us")]),
+        "plain_minus_dependent_us_median": statistics.median([r["plain_us"] - r["us"] for r in z if r.get("plain_us")]) if any(r.get("plain_us") for r in z) else None,
     }  # fmt: skip
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
     print("summary", json.dumps(doc["summary"]))

@@ -14,6 +14,8 @@ assert os.environ.get("TRITON_INTERPRET") == "1"
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
 from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
@@ -26,6 +28,23 @@ from skwgrad.abi.arch import get_arch  # noqa: E402
 WAVE = 32  # the interpreter has no lanes; any wave size gives the same numerics
 TARGET = get_arch("sm_90")
 TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@triton.jit
+def _gdc_wait_done():
+    tl.static_assert(True)
+
+
+def _no_grid_dependency():
+    """The interpreter runs the launcher's memset, then the kernel, to the end, so an atomic
+    kernel's wait for the memset (``gdc_wait``, which it cannot execute) has nothing to wait for."""
+    from skwgrad.aot.kernels import depthwise, grouped, wgrad
+
+    for m in (depthwise, grouped, wgrad):
+        m.gdc_wait = _gdc_wait_done
+
+
+_no_grid_dependency()
 
 
 def run(case):

@@ -765,6 +765,65 @@ def test_unaligned_channels_run_padded_eager_and_in_a_cuda_graph(backend, kset, 
 
 
 # ---------------------------------------------------------------------------------------------
+# Atomic launches start while dW's memset runs (abi.arch.Arch.dependent_launch)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", [SHAPES["dense"], SHAPES["depthwise"], SHAPES["grouped"], TMA_SHAPES["dense"], LONG])
+def test_atomic_launches_after_the_dw_memset_eager_and_in_a_cuda_graph(backend, kset, text):
+    """Every family's best-ranked atomic launch (dW zeroed, then the kernel, a dependent launch on
+    sm_90 that waits for the memset before its first add): dW poisoned with NaN before each of 10
+    eager launches, then captured into a CUDA graph and replayed on fresh inputs with dW poisoned
+    again. A kernel that wrote dW before the memset finished leaves NaNs or a double sum."""
+    import torch
+
+    from skwgrad.abi.spec import dw_zeroed_before_launch
+    from skwgrad.launcher.options import LaunchOptions
+    from skwgrad.launcher.select import backend_occupancy, rank_choices
+    from skwgrad.reference import relative_error
+
+    p, x, dy = _torch_case(text + ",dw_dtype=fp32", seed=21)
+    r = rank_choices(p, kset, arch=backend.arch, cus=backend.compute_units, options=LaunchOptions(), occupancy=backend_occupancy(backend))
+    by_family = {}
+    for c in r.choices:
+        if dw_zeroed_before_launch(c.spec.variant) and c.padding is None:
+            by_family.setdefault(c.spec.family, c)
+    assert by_family, [str(x) for x in r.rejected][:5]
+    sd = p.spatial_dims
+    fmt = torch.channels_last_3d if sd == 3 else torch.channels_last
+    shape = (p.g * p.k, p.c, *(p.z, p.y, p.x)[3 - sd :])
+    ref = _torch_ref(p, x, dy).numpy()
+    for fam, c in sorted(by_family.items()):
+        plan = c.plan(p, backend)
+        assert plan.layout.zero_dw
+        out = torch.empty(shape, dtype=torch.float32, device="cuda").contiguous(memory_format=fmt)
+        for _ in range(10):
+            out.fill_(float("nan"))
+            plan(x, dy, out=out)
+        torch.cuda.synchronize()
+        err = relative_error(out.double().cpu().numpy(), ref)
+        assert err <= 1e-3, (c.kernel.label, err)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            plan(x, dy, out=out)  # warm-up on the capturing stream
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            plan(x, dy, out=out)
+        _, x2, dy2 = _torch_case(text + ",dw_dtype=fp32", seed=22)
+        x_saved, dy_saved = x.clone(), dy.clone()
+        x.copy_(x2)
+        dy.copy_(dy2)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        err = relative_error(out.double().cpu().numpy(), _torch_ref(p, x2, dy2).numpy())
+        assert err <= 1e-3, (c.kernel.label, "graph", err)
+        x.copy_(x_saved)
+        dy.copy_(dy_saved)
+
+
+# ---------------------------------------------------------------------------------------------
 # Host time of a repeated launch
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("reduction", ["linear", "workspace"])

@@ -212,3 +212,54 @@ def test_sm90_tf32_builds_on_mma_sync_with_the_switch_pinned(monkeypatch):
     assert "wgmma" not in ptx["fp32"]
     assert re.search(r"wgmma\.mma_async\.\S*bf16", ptx["bf16"])
     assert os.environ["DISABLE_MMA_V3"] == "1"  # the builder's environment is restored
+
+
+# -- programmatic dependent launch (sm_90) ---------------------------------------------------------
+def _sm90_specs_one_per_variant():
+    """One sm_90 bf16 kernel per (family, variant) of the smoke preset, plus a depthwise window
+    kernel and a TMA depthwise one (the default preset's), each with its atomic twin."""
+    from skwgrad.aot import sweep
+
+    seen = {}
+    for it in sweep.sweep(preset="smoke", arches=("sm_90",), dtypes=("bf16",)):
+        seen.setdefault((it.spec.family, it.spec.variant), it.spec)
+    win = KernelSpec("dwconv", "atomic", "bf16", "fp32", vec_c=8, vec_k=8, bm=32, bn=3, bk=32, num_warps=4, num_stages=1, mode="win7r3")
+    seen[("dwconv", "atomic win7r3")] = win
+    for s in sweep.dwconv_tma_specs("default", "sm_90", "bf16"):
+        seen.setdefault(("dwconv_tma", s.variant), s)
+    return list(seen.values())
+
+
+GDC = _sm90_specs_one_per_variant()
+
+
+@pytest.fixture(scope="module")
+def built_sm90():
+    with ProcessPoolExecutor(2) as ex:
+        return {s: m for s, _, _, m in ex.map(_build, [(s, "sm_90") for s in GDC])}
+
+
+@pytest.mark.parametrize("spec", GDC, ids=[s.label for s in GDC])
+def test_sm90_kernels_wait_for_the_dw_memset_exactly_when_it_runs_before_them(built_sm90, spec):
+    """The launcher starts an atomic kernel while dW's memset runs (abi.arch dependent_launch); the
+    kernel must wait for it (griddepcontrol.wait) before writing dW, and only those kernels wait:
+    the rule both read is abi.spec.dw_zeroed_before_launch."""
+    from skwgrad.abi.arch import ARCHES as TARGETS
+    from skwgrad.abi.spec import dw_zeroed_before_launch
+
+    ptx = built_sm90[spec]["_asm"]["ptx"]
+    assert TARGETS["sm_90"].dependent_launch
+    assert ("griddepcontrol.wait" in ptx) == dw_zeroed_before_launch(spec.variant), spec.label
+    assert "griddepcontrol.launch_dependents" not in ptx  # nothing launched after it starts early
+
+
+def test_every_tma_arch_has_dependent_launch():
+    """The Gluon kernels wait on their atomic epilogue unconditionally (they build for TMA arches
+    only), so every such arch must launch them dependently, and no AMD arch does."""
+    from skwgrad.abi.arch import ARCHES as TARGETS
+
+    for a in TARGETS.values():
+        if a.tma_im2col:
+            assert a.dependent_launch, a.name
+        if a.backend == "hip":
+            assert not a.dependent_launch, a.name

@@ -160,7 +160,8 @@ class FakeCuda:
         from cuda.bindings import driver as real
 
         self.real = real
-        for n in ("CUresult", "CUdevice_attribute", "CUfunction_attribute", "CUstream_flags", "CUevent_flags", "CUpointer_attribute"):
+        for n in ("CUresult", "CUdevice_attribute", "CUfunction_attribute", "CUstream_flags", "CUevent_flags", "CUpointer_attribute",
+                  "CUlaunchAttribute", "CUlaunchAttributeID", "CUlaunchConfig"):
             setattr(self, n, getattr(real, n))
         self.cc, self.sms, self.optin = cc, sms, optin
         self.fail = fail or {}
@@ -255,6 +256,17 @@ class FakeCuda:
             "cfg": (cfg[0], cfg[2], cfg[4] or 0), "bytes": ctypes.string_at(cfg[1], size),
         })  # fmt: skip
         return (self.fail.get("cuLaunchKernel", self.CUresult.CUDA_SUCCESS),)
+
+    def cuLaunchKernelEx(self, config, f, params, extra):
+        cfg = (ctypes.c_void_p * 5).from_address(extra)
+        size = ctypes.c_size_t.from_address(cfg[3]).value
+        attrs = [(int(a.id), a.value.programmaticStreamSerializationAllowed) for a in config.attrs[: config.numAttrs]]
+        self.launched.append({
+            "grid": (config.gridDimX, config.gridDimY, config.gridDimZ), "block": (config.blockDimX, config.blockDimY, config.blockDimZ),
+            "smem": config.sharedMemBytes, "stream": int(config.hStream), "params": params, "attrs": attrs,
+            "bytes": ctypes.string_at(cfg[1], size),
+        })  # fmt: skip
+        return (self.fail.get("cuLaunchKernelEx", self.CUresult.CUDA_SUCCESS),)
 
     def cuPointerGetAttribute(self, attr, ptr):
         return (self.CUresult.CUDA_SUCCESS, 0)
@@ -355,6 +367,51 @@ def test_cuda_plan_end_to_end_bytes():
     # asked only when an arena must grow (the first launch, and each arena before it grows): a
     # warm launch makes no call but the launch itself
     assert d.calls.count("cuStreamIsCapturing") == 1 + 2
+
+
+@pytest.mark.parametrize("variant, dependent", [("atomic", True), ("direct", False)])
+def test_cuda_atomic_plan_starts_its_kernel_while_dw_is_zeroed(variant, dependent):
+    """On sm_90 (abi.arch dependent_launch) an atomic plan zeroes dW and launches its kernel with
+    programmatic stream serialization (the kernel waits for the memset before writing dW:
+    abi.spec.dw_zeroed_before_launch); a plan that does not zero dW launches plainly."""
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.abi.spec import dw_zeroed_before_launch
+    from skwgrad.launcher.plan import Kernel, Plan
+
+    be, d = cuda_backend()
+    c = F.FakeCache()
+    e = c.add(F.spec("wgrad", variant, "bf16", "fp32" if variant == "atomic" else "bf16", vc=8, vk=8))
+    p = parse_problem("n=4,c=64,k=64,h=16,w=16,y=3,x=3,padding=1" + (",dw_dtype=fp32" if variant == "atomic" else ""))
+    plan = Plan(p, Kernel.from_entry(e, c), be, ks_count=4 if variant == "atomic" else 1)
+    plan.launch(0x20000, 0x30000, 0x40000, stream=9)
+    ln = d.launched[-1]
+    assert dw_zeroed_before_launch(variant) == dependent
+    if dependent:
+        assert ("memset", 0x40000, 0, plan.dw_nbytes, 9) in d.calls
+        programmatic = int(d.real.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+        assert ln["attrs"] == [(programmatic, 1)] and ln["stream"] == 9 and ln["grid"] == (plan.grid, 1, 1)
+        assert F.decode(e.spec, ln["bytes"])["dw"] == 0x40000
+        plan.launch(0x20000, 0x30000, 0x50000, stream=11)  # one kept configuration, the stream per call
+        assert d.launched[-1]["stream"] == 11 and F.decode(e.spec, d.launched[-1]["bytes"])["dw"] == 0x50000
+    else:
+        assert "attrs" not in ln and not [c for c in d.calls if isinstance(c, tuple) and c[0] == "memset" and c[1] == 0x40000]
+
+
+def test_cuda_dependent_launch_without_the_call_is_a_plain_launch(monkeypatch):
+    """Bindings without cuLaunchKernelEx launch plainly: the kernel's wait then returns at once."""
+    be, d = cuda_backend()
+    be._launch_ex = None
+    fn = be.load("k", b"c", "f", 128, 0)
+    be.launch_dependent(fn, 5, 128, 0, b"\1" * 8, stream=3)
+    assert "attrs" not in d.launched[-1] and d.launched[-1]["grid"] == (5, 1, 1) and d.launched[-1]["stream"] == 3
+
+
+def test_cuda_dependent_launch_errors_name_the_call():
+    be, d = cuda_backend()
+    fn = be.load("k", b"c", "f", 128, 0)
+    d.fail["cuLaunchKernelEx"] = d.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(BackendError, match=r"cuLaunchKernelEx\(f, grid=3.*dependent.*CUDA_ERROR_INVALID_VALUE"):
+        be.launch_dependent(fn, 3, 128, 0, b"\0" * 8)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,6 +35,11 @@ class Arch:
     tf32_mma_sync: bool = False
     # TMA with the im2col mode and warp specialization: the ``wgrad_tma`` family builds for it.
     tma_im2col: bool = False
+    # Programmatic dependent launch (Hopper's griddepcontrol): a launch that zeroes dW first
+    # (spec.dw_zeroed_before_launch) starts its kernel while the memset runs, and the kernel waits
+    # for it only before its first write to dW. H200 run E2 (benchmarks/pdl_probe.py): the memset
+    # cost 1.8-2.3 us a call whatever dW's size (5 KB-2 MB), 0.7-1.1 us so.
+    dependent_launch: bool = False
 
     def default_warps(self, bm: int, bn: int, bk: int) -> int:
         """Warps of a tile: the default preset's choice when it has the tile, else 8 for tiles of
@@ -68,6 +73,7 @@ ARCHES: dict[str, Arch] = {
             "sm_90", "cuda", 132, 32, 228 * 1024, "H200 SXM", tf32=True,
             default_tiles=((64, 64, 64, 4), (128, 64, 64, 4), (64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)),
             default_stages=3, full_stages=(2, 3, 4), wide_mma_rows=64, tf32_mma_sync=True, tma_im2col=True,
+            dependent_launch=True,
         ),  # fmt: skip
     )
 }

@@ -108,6 +108,8 @@ def launch_report(problem: ConvProblem, *, arch: str, spec: KernelSpec, pool: in
             "scratch_bytes": ws.arena_bytes("scratch"),
             "regions": [asdict(r) for r in ws.regions],
             "zero_dw": ws.zero_dw,
+            # the kernel starts while that memset runs and waits for it before writing dW
+            "dependent_launch": ws.zero_dw and a.dependent_launch,
             "stage2_replicas": ws.replicas,
             "stage2_reset": ws.stage2_reset,
             "stage2_grid": geo.stage2_grid,
@@ -153,7 +155,7 @@ def format_report(r: dict) -> str:
     regions = ", ".join(f"{x['name']}@{x['arena']}+{x['offset']}:{x['nbytes']}" for x in w["regions"]) or "none"
     out.append(
         f"workspace zeroed {w['zeroed_bytes']} + scratch {w['scratch_bytes']} bytes: {regions}; "
-        f"zero dW: {'yes' if w['zero_dw'] else 'no'}; stage-2: "
+        f"zero dW: {('yes, the kernel a dependent launch' if w['dependent_launch'] else 'yes') if w['zero_dw'] else 'no'}; stage-2: "
         + (f"{w['stage2_replicas']} replica(s), {w['stage2_grid']} CTAs" if w["stage2_replicas"] else "none")
     )
     out.append(f"kernargs  {r['kernargs']['bytes']} bytes (+ the compiler's trailing scratch pointers, null)")

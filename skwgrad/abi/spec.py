@@ -34,6 +34,15 @@ TMA_TWO_CTA_REGS = 128  # 256 threads x 128 registers: half an SM's register fil
 TMA_THREE_CTA_REGS = 80  # 256 threads x 80: a third (the MMA warps grow to 136 through setmaxnreg)
 
 
+def dw_zeroed_before_launch(variant: str) -> bool:
+    """Whether a launch of this epilogue adds into dW itself, so the launcher zeroes dW first (the
+    ``atomic`` epilogues of every family; ``abi.workspace.WorkspaceLayout.zero_dw``). On an arch
+    with ``dependent_launch`` the kernel starts while that memset runs and waits for it
+    (``griddepcontrol.wait``) before its first write to dW: the kernels read this rule when they
+    are compiled and the launcher when it launches them, so the two cannot disagree."""
+    return variant == "atomic"
+
+
 @dataclass(frozen=True, order=True)
 class KernelSpec:
     family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma" | "dwconv_tma"

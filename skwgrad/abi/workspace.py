@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from skwgrad.abi.spec import dw_zeroed_before_launch
 from skwgrad.errors import AbiError
 
 ALIGN = 256
@@ -102,14 +103,15 @@ def workspace_layout(
 ) -> WorkspaceLayout:
     """The buffers one launch of (family, variant) needs, for a problem's dW size."""
     regions: list[Region] = []
-    zero_dw = reset = False
+    zero_dw = dw_zeroed_before_launch(variant)
+    reset = False
     replicas = 0
     if family == "wgrad":
         if variant == "direct":
             if ks_count != 1:
                 raise AbiError(f"the direct epilogue stores dW once: ks_count must be 1, got {ks_count}")
         elif variant == "atomic":
-            zero_dw = True
+            pass  # dW itself accumulates: zero_dw
         elif variant == "two_stage":
             replicas = ks_count
             regions.append(Region("replicas", "scratch", 0, F32 * dw_numel * ks_count))
@@ -130,7 +132,7 @@ def workspace_layout(
             regions.append(Region("flags", "zeroed", 0, flags_bytes(sk_ctas, flags_per_cta)))
             regions.append(Region("partials", "scratch", 0, _roundup(F32 * bm * bn * sk_ctas)))
         elif variant == "atomic":
-            zero_dw = True
+            pass  # dW itself accumulates: zero_dw
         elif variant == "workspace":
             replicas = 1
             reset = True

@@ -12,7 +12,8 @@ computed), loads the code object(s) and prepacks the kernarg block with
    sk_partials);
 3. zeroes dW for the atomic reductions (the only per-launch memset);
 4. launches the main kernel and, when the layout has replicas, the Stage-2 reduce, on the
-   caller's stream.
+   caller's stream. After the memset, on an arch with ``dependent_launch``, the main kernel is
+   a dependent launch: it starts while the memset runs and waits for it before writing dW.
 
 Nothing else happens per launch: flags and the workspace replica (split-K or stream-K) are zero
 at rest (the kernels restore the zeros), so a launch is the same bytes every time and a graph
@@ -29,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from skwgrad.abi.arch import get_arch
 from skwgrad.abi.conv import DTYPE_BYTES, ConvProblem
 from skwgrad.abi.kernargs import Packer
 from skwgrad.abi.launch import STAGE2_BLOCK, LaunchGeometry, spec_geometry, takes_pool
@@ -272,6 +274,9 @@ class Plan:
         self._needs_ws = bool(self._ws_args)
         self._replicas_arg = next(((a, off) for a, i, off in self._ws_args if a == "ws_ptr"), None)
         self._zero_dw = layout.zero_dw
+        # the kernel starts while dW's memset runs and waits for it before writing dW (it was
+        # compiled to: abi.spec.dw_zeroed_before_launch); elsewhere a plain launch after the memset
+        self._dependent = layout.zero_dw and get_arch(self.kernel.arch).dependent_launch
         self._dw_nbytes = problem.dw_numel * DTYPE_BYTES[problem.dw_dtype]
         self._last = None  # (dy, x, dw, zeroed, scratch) of the last patch
         self._last2 = None
@@ -394,7 +399,10 @@ class Plan:
             self._patch(dy, x, dw, z, s)
         if self._zero_dw:
             be.memset(dw, 0, self._dw_nbytes, stream)
-        be.launch(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
+        if self._dependent:
+            be.launch_dependent(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
+        else:
+            be.launch(self._fn, self.grid, self.threads, self.shared, self._buf, stream)
         if self._fn2 is not None:
             arg, off = self._replicas_arg
             rep = (z if self.layout.region("replicas").arena == "zeroed" else s) + off

@@ -56,6 +56,9 @@ so every aligned group of VEC channels stays contiguous and aligned, and are mas
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
+
+from skwgrad.abi.spec import dw_zeroed_before_launch
 
 from skwgrad.aot.kernels.wgrad import OUTSIDE
 
@@ -69,13 +72,13 @@ def dwconv_wgrad(
     BC: tl.constexpr, BR: tl.constexpr, TAPS_P2: tl.constexpr, IS_3D: tl.constexpr, VEC: tl.constexpr,
     VARIANT: tl.constexpr, X_CACHE: tl.constexpr, TAPS_INNER: tl.constexpr,
     WIN: tl.constexpr = 0, WIN_ROWS: tl.constexpr = 1, WIN_SW: tl.constexpr = 1, WIN_DW: tl.constexpr = 1,
-    WIN_EPI_SMEM: tl.constexpr = 16384,
+    WIN_EPI_SMEM: tl.constexpr = 16384, GDC_WAIT: tl.constexpr = False,
 ):  # fmt: skip
     if WIN > 0:
         _dwconv_win(
             dy, x, dw, N, G, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
             stride_d, stride_h, pad_d, pad_h, pad_w, dil_d, dil_h, ws_ptr, ks_iters,
-            BC, BR, TAPS_P2, WIN, WIN_ROWS, WIN_SW, WIN_DW, IS_3D, VEC, VARIANT, X_CACHE, WIN_EPI_SMEM,
+            BC, BR, TAPS_P2, WIN, WIN_ROWS, WIN_SW, WIN_DW, IS_3D, VEC, VARIANT, X_CACHE, WIN_EPI_SMEM, GDC_WAIT,
         )  # fmt: skip
     else:
         TAPS = Z * Y * X
@@ -181,6 +184,8 @@ def dwconv_wgrad(
         if VARIANT == "direct":
             tl.store(dw + dw_off, acc.to(dw.dtype.element_ty), mask=dw_mask)
         elif VARIANT == "atomic":
+            if GDC_WAIT:  # launched while dW's memset runs (abi.spec.dw_zeroed_before_launch)
+                gdc_wait()
             tl.atomic_add(dw + dw_off, acc, mask=dw_mask, sem="relaxed")
         elif VARIANT == "workspace":  # one f32 replica, zeroed by the launcher; Stage-2 casts it
             tl.atomic_add(ws_ptr + dw_off, acc, mask=dw_mask, sem="relaxed")
@@ -195,7 +200,7 @@ def _dwconv_win(
     BC: tl.constexpr, BP: tl.constexpr, KX: tl.constexpr, BW: tl.constexpr, TR: tl.constexpr,
     SW: tl.constexpr, DL: tl.constexpr,
     IS_3D: tl.constexpr, VEC: tl.constexpr, VARIANT: tl.constexpr, X_CACHE: tl.constexpr,
-    EPI_SMEM: tl.constexpr,
+    EPI_SMEM: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
     """The window kernel (mode ``win<BW>[r<TR>][s<SW>][d<DL>]``; stride_w = SW, dil_w = DL, X ==
     KX, all compile-time): a CTA owns BC channels and TR tap rows (kz, ky) with their KX taps
@@ -319,14 +324,14 @@ def _dwconv_win(
         _epi_group(
             acc, _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 0), _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 1),
             _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 2), dw, ws_ptr, split, G, TAPS, ZY, trow0, offs_c, c_ok,
-            BP, BC, KX, VARIANT,
+            BP, BC, KX, VARIANT, GDC_WAIT,
         )  # fmt: skip
 
 
 @triton.jit
 def _epi_group(
     acc, T0: tl.constexpr, NR: tl.constexpr, NG: tl.constexpr, dw, ws_ptr, split, G, TAPS, ZY, trow0, offs_c, c_ok,
-    BP: tl.constexpr, BC: tl.constexpr, KX: tl.constexpr, VARIANT: tl.constexpr,
+    BP: tl.constexpr, BC: tl.constexpr, KX: tl.constexpr, VARIANT: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
     """Taps T0 .. T0 + NR of the window kernel's accumulators, summed over the BP strips and
     stored; NG >= NR is a power of two, the taps past NR are zeros."""
@@ -360,6 +365,8 @@ def _epi_group(
     if VARIANT == "direct":
         tl.store(dw + dw_off, r.to(dw.dtype.element_ty), mask=m)
     elif VARIANT == "atomic":
+        if GDC_WAIT:
+            gdc_wait()
         tl.atomic_add(dw + dw_off, r, mask=m, sem="relaxed")
     elif VARIANT == "workspace":
         tl.atomic_add(ws_ptr + dw_off, r, mask=m, sem="relaxed")
@@ -455,4 +462,6 @@ def constexprs(spec, target) -> dict:
         # the window epilogue's shared memory (its strip sums go through it): at most 16 KiB a CTA and
         # a quarter of a CU's (H200 runs D1/D2: 32 and 8 KiB ran within 1% of 16 on 43 layers)
         "WIN_EPI_SMEM": min(16384, target.lds_bytes_per_cu // 4),
+        # the launcher starts an atomic launch while dW's memset runs (abi.arch.dependent_launch)
+        "GDC_WAIT": target.dependent_launch and dw_zeroed_before_launch(spec.variant),
     }

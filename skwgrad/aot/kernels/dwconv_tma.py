@@ -27,6 +27,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.language.extra.cuda import gdc_wait
 
 from skwgrad.abi.spec import DWCONV_TMA_X_ROWS
 
@@ -115,6 +116,8 @@ def dwconv_tma(
     for q in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(q))
     offs = c0 + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    if EPILOGUE == 0:  # atomic: launched while dW's memset runs (abi.spec.dw_zeroed_before_launch)
+        gdc_wait()
     for t in gl.static_range(K * K):
         v = gl.sum(acc[t], axis=0)
         if EPILOGUE == 0:

@@ -21,7 +21,9 @@ zeroes it again: not deterministic). The grid is split-major over the packed pro
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
+from skwgrad.abi.spec import dw_zeroed_before_launch
 from skwgrad.aot.kernels.wgrad import _mac, _tile_origin, dot_precision
 
 
@@ -33,7 +35,7 @@ def grouped_wgrad(
     ws_ptr, ws_bytes, ks_iters, ks_count,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GB: tl.constexpr, IS_3D: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    X_CACHE: tl.constexpr,
+    X_CACHE: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
     G2 = G // GB
     C2 = C * GB
@@ -71,6 +73,8 @@ def grouped_wgrad(
     if VARIANT == "direct":
         tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
     elif VARIANT == "atomic":
+        if GDC_WAIT:  # launched while dW's memset runs (abi.spec.dw_zeroed_before_launch)
+            gdc_wait()
         tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
     elif VARIANT == "workspace":  # every split adds into the one f32 replica (zero at rest; Stage-2 resets it)
         tl.atomic_add(ws_ptr + offs, acc, mask=mask, sem="relaxed")
@@ -92,4 +96,5 @@ def constexprs(spec, target) -> dict:
         "INPUT_PRECISION": dot_precision(spec, target),
         "VARIANT": spec.variant,
         "X_CACHE": ".ca" if target.backend == "cuda" else "",
+        "GDC_WAIT": target.dependent_launch and dw_zeroed_before_launch(spec.variant),
     }

@@ -37,6 +37,7 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.language.extra.cuda import gdc_wait
 
 from skwgrad.abi.spec import TMA_PRODUCER_WARPS
 
@@ -272,6 +273,8 @@ def _epilogue(acc, out, g2, mm0, cc0, t0, K, C, KP, CP, TAPS, EPILOGUE: gl.const
     if EPILOGUE == 0:
         gl.store(ptr, gl.convert_layout(acc.to(out.dtype.element_ty), out_layout), mask=mask)
     else:
+        if EPILOGUE == 1:  # atomic: launched while dW's memset runs (abi.spec.dw_zeroed_before_launch; sm_90 has
+            gdc_wait()  # abi.arch.dependent_launch), so nothing is added into dW before it is done
         gl.atomic_add(ptr, gl.convert_layout(acc, out_layout), mask=mask, sem="relaxed")
 
 

@@ -45,8 +45,9 @@ default linear/tree pool is one CTA per CU/SM, and dp_sk launches the SK CTAs fi
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
-
+from skwgrad.abi.spec import dw_zeroed_before_launch
 
 # A coordinate offset that puts an index outside any image: sums of two of them plus a real
 # coordinate (< 2**21) stay below 2**31, so int32 never wraps and the unsigned check fails.
@@ -255,7 +256,7 @@ def wgrad_splitk(
     ws_ptr, ws_bytes, ks_iters, ks_count,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    X_CACHE: tl.constexpr,
+    X_CACHE: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
     NG = Z * Y * X * C
     num_tiles = G * tl.cdiv(K, BM) * tl.cdiv(NG, BN)
@@ -277,6 +278,8 @@ def wgrad_splitk(
     if VARIANT == "direct":
         tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
     elif VARIANT == "atomic":
+        if GDC_WAIT:  # launched while dW's memset runs (abi.spec.dw_zeroed_before_launch)
+            gdc_wait()
         tl.atomic_add(dw + offs, acc, mask=mask, sem="relaxed")
     elif VARIANT == "workspace":
         # every split adds into the one f32 replica (zero at rest); Stage-2 casts it into dW and
@@ -291,11 +294,13 @@ def wgrad_splitk(
 # ---------------------------------------------------------------------------------------------
 @triton.jit
 def _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, whole, BM: tl.constexpr, BN: tl.constexpr,
-                VEC_C: tl.constexpr, VARIANT: tl.constexpr):  # fmt: skip
+                VEC_C: tl.constexpr, VARIANT: tl.constexpr, GDC_WAIT: tl.constexpr):  # fmt: skip
     """Write a finished tile (linear/tree/DP), or fold a segment in (atomic/workspace).
     ``whole``: this CTA computed the whole tile, so a plain store is exact."""
     offs, mask = _dw_offsets(g, m0, n0, K, NG, BM, BN, VEC_C)
     if VARIANT == "atomic":
+        if GDC_WAIT:  # launched while dW's memset runs: no write to dW before it is done
+            gdc_wait()
         if whole:
             tl.store(dw + offs, acc, mask=mask)
         else:
@@ -318,7 +323,7 @@ def wgrad_streamk(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
     """atomic / workspace reductions: no CTA waits on another."""
     _streamk_body(
@@ -326,7 +331,7 @@ def wgrad_streamk(
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
         ws_ptr, dw, dw,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE, GDC_WAIT,
     )  # fmt: skip
 
 
@@ -340,15 +345,16 @@ def wgrad_streamk_fixup(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
-    """linear / tree reductions: partial tiles handed over through flags (deterministic)."""
+    """linear / tree reductions: partial tiles handed over through flags (deterministic); dW is
+    not zeroed before them, so GDC_WAIT is False."""
     _streamk_body(
         dy, x, dw, N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
         stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
         ws_ptr, sk_flags, sk_partials,
         sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
-        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE,
+        BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, VARIANT, MODE, NUM_THREADS, X_CACHE, GDC_WAIT,
     )  # fmt: skip
 
 
@@ -360,7 +366,7 @@ def _streamk_body(
     sk_iters_per_tile, sk_dp_tiles, sk_ctas, sk_iters_per_cta, sk_extra_iters, sk_pool, sk_tree_rounds,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, IS_3D: tl.constexpr, POINTWISE: tl.constexpr,
     VEC_C: tl.constexpr, VEC_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, VARIANT: tl.constexpr,
-    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr,
+    MODE: tl.constexpr, NUM_THREADS: tl.constexpr, X_CACHE: tl.constexpr, GDC_WAIT: tl.constexpr,
 ):  # fmt: skip
     NG = Z * Y * X * C
     ipt = sk_iters_per_tile
@@ -385,7 +391,7 @@ def _streamk_body(
             stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
             BM, BN, BK, IS_3D, POINTWISE, VEC_C, VEC_K, INPUT_PRECISION, X_CACHE,
         )  # fmt: skip
-        _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
+        _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT, GDC_WAIT)
     if sk_cta >= 0:
         sk_begin = sk_dp_tiles * ipt
         start = sk_begin + sk_cta * sk_iters_per_cta + tl.minimum(sk_cta, sk_extra_iters)
@@ -410,7 +416,7 @@ def _streamk_body(
                     last = _sk_cta_of(tile_end - 1, sk_begin, sk_iters_per_cta, sk_extra_iters)
                     for peer in range(sk_cta + 1, last + 1):
                         acc = _fold(sk_flags, sk_partials, peer, acc, BM, BN, NUM_THREADS)
-                    _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
+                    _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT, GDC_WAIT)
                 else:
                     _publish(sk_flags, sk_partials, sk_cta, acc, BM, BN, NUM_THREADS)
             elif VARIANT == "tree":
@@ -430,10 +436,10 @@ def _streamk_body(
                             _publish(sk_flags, sk_partials, sk_cta, acc, BM, BN, NUM_THREADS)
                             active = False
                 if is_owner:
-                    _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT)
+                    _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, True, BM, BN, VEC_C, VARIANT, GDC_WAIT)
             else:
                 whole = is_owner & (seg_end == tile_end)
-                _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, whole, BM, BN, VEC_C, VARIANT)
+                _store_tile(dw, ws_ptr, acc, g, m0, n0, K, NG, whole, BM, BN, VEC_C, VARIANT, GDC_WAIT)
             it = seg_end
 
 
@@ -460,6 +466,8 @@ def constexprs(spec, target) -> dict:
         # AMD: default policy; an L1 hint there pulled hidden kernargs into the gfx950 object.
         "X_CACHE": ".ca" if target.backend == "cuda" else "",
     }
+    # an atomic launch starts while dW's memset runs and waits for it before writing dW
+    c["GDC_WAIT"] = target.dependent_launch and dw_zeroed_before_launch(spec.variant)
     if spec.family == "wgrad_sk":
         c["MODE"] = spec.mode
         c["NUM_THREADS"] = spec.num_warps * target.wave_size

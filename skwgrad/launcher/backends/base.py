@@ -210,6 +210,13 @@ class Backend(abc.ABC):
     def launch(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
         """Launch ``fn`` on a 1-D grid. ``kernargs`` is a ``KernargBuffer`` (or bytes, packed on the spot)."""
 
+    def launch_dependent(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
+        """Launch ``fn`` so that it may start before the work queued before it on ``stream`` has
+        finished (CUDA's programmatic dependent launch); the kernel waits for that work
+        (``griddepcontrol.wait``) where it needs it (``abi.arch.Arch.dependent_launch``). Here, for
+        a runtime without it: a plain launch, which that wait accepts as it is."""
+        self.launch(fn, grid, threads, shared, kernargs, stream)
+
     @abc.abstractmethod
     def stream_create(self) -> int: ...
 

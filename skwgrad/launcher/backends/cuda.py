@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from skwgrad.abi.kernargs import TMAP_BYTES
 from skwgrad.errors import BackendError, TensorMapError
-from skwgrad.launcher.backends.base import Driver, DriverBackend, LoadedFunction
+from skwgrad.launcher.backends.base import Driver, DriverBackend, KernargBuffer, LoadedFunction
 
 _DEFAULT_SHARED = 48 * 1024
 # Triton's device-side TMA element-type enum differs from the driver's CUtensorMapDataType for
@@ -47,6 +47,8 @@ class CudaBackend(DriverBackend):
         self.compute_units = 0
         self._bind(Driver(d, "cuda", self._success, self._errstr))
         self._get_ctx = d.cuCtxGetCurrent  # hot path: one lookup, not one per launch
+        self._launch_ex = getattr(d, "cuLaunchKernelEx", None)  # bindings before CUDA 12: plain launches
+        self._dependent_configs: dict = {}
         try:
             (err,) = d.cuInit(0)
         except BackendError:
@@ -109,6 +111,35 @@ class CudaBackend(DriverBackend):
         err, ctx = self._get_ctx()
         if err != self._success or ctx is None or int(ctx) != self._ctx_int:
             self.drv.check("cuCtxSetCurrent", self._d.cuCtxSetCurrent(self._ctx))
+
+    # -- launches ----------------------------------------------------------------------------
+    def launch_dependent(self, fn: LoadedFunction, grid: int, threads: int, shared: int, kernargs, stream: int = 0) -> None:
+        """``cuLaunchKernelEx`` with programmatic stream serialization: the kernel starts while
+        the memset queued before it runs and waits for it before writing dW (H200 run E2: the
+        memset's ~2 us a call down to ~1). One launch configuration per (function, grid, block,
+        shared memory), kept: only the stream changes per call."""
+        if self._launch_ex is None:
+            return self.launch(fn, grid, threads, shared, kernargs, stream)
+        if type(kernargs) is not KernargBuffer:
+            kernargs = self._as_kernargs(kernargs)
+        key = (fn.name, id(fn.handle), grid, threads, shared)
+        cfg = self._dependent_configs.get(key)
+        if cfg is None:
+            d = self._d
+            attr = d.CUlaunchAttribute()
+            attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            cfg = d.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+            cfg.sharedMemBytes = shared
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+            self._dependent_configs[key] = cfg = (cfg, fn.handle)  # the handle kept alive with its key
+        cfg[0].hStream = stream
+        (err,) = self._launch_ex(cfg[0], fn.handle, None, kernargs.extra)
+        if err != self._success:
+            raise BackendError(f"cuLaunchKernelEx({fn.name}, grid={grid}, threads={threads}, shared={shared}, dependent) failed: {self._errstr(err)}")
 
     # -- code objects ------------------------------------------------------------------------
     def _prepare_function(self, handle, shared: int) -> None:
