@@ -581,7 +581,11 @@ def fit(samples, *, arch: str, weights=None, prior: "CostModel | None" = None, g
 # TMA classes 3.1349, 5.54863, 5.39034.
 _CLASSES_SM90 = (3.83379, 6.04422, 0.0, 5.97529, 0.0, 6.69281, 0.0, 5.50395)
 _TMA_LOOP_SM90 = (0.073869, 0.0, 0.00275165, 0.931691, 0.0207893, 32.0)
-_TMA_CLASSES_SM90 = (3.21702, 4.40226, 6.26885)
+# The TMA atomic class kept its constant after the dependent launch (225e0d8) made its dW memset ~1 us
+# cheaper: H200 run E5 timed it 1 us lower (4.40226) against this, in one process, on 25 rows; the
+# lower constant moved 10 picks to TMA atomic launches (1x1 layers of 7-224 px) and ran 0.982x as
+# fast (geomean), the pointwise launches they replaced faster on 7 of the 9 flipped model rows.
+_TMA_CLASSES_SM90 = (3.21702, 5.36226, 6.26885)
 _M13_SM90 = (0.0521317, 0.0111598)  # main_loads_pointwise, fixup_atomic_chain
 # main_iter_tma_pointwise (model 10): on 1x1 stride-1 layers the TMA launches near each row's
 # fastest ran 1.04-1.06x their prediction and the pointwise Triton kernels (x read as a plain
