@@ -38,9 +38,9 @@ def _gdc_wait_done():
 def _no_grid_dependency():
     """The interpreter runs the launcher's memset, then the kernel, to the end, so an atomic
     kernel's wait for the memset (``gdc_wait``, which it cannot execute) has nothing to wait for."""
-    from skwgrad.aot.kernels import depthwise, grouped, wgrad
+    from skwgrad.aot.kernels import depthwise, grouped, stage2, wgrad
 
-    for m in (depthwise, grouped, wgrad):
+    for m in (depthwise, grouped, stage2, wgrad):
         m.gdc_wait = _gdc_wait_done
 
 

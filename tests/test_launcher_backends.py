@@ -397,6 +397,25 @@ def test_cuda_atomic_plan_starts_its_kernel_while_dw_is_zeroed(variant, dependen
         assert "attrs" not in ln and not [c for c in d.calls if isinstance(c, tuple) and c[0] == "memset" and c[1] == 0x40000]
 
 
+def test_cuda_stage2_starts_while_the_main_kernel_finishes():
+    """A workspace plan's Stage-2 reduce is a dependent launch on sm_90 (it waits for the main
+    kernel before anything: aot.kernels.stage2); the main kernel, which zeroes nothing, is plain."""
+    from skwgrad.abi.conv import parse_problem
+    from skwgrad.launcher.plan import Kernel, Plan
+
+    be, d = cuda_backend()
+    c = F.FakeCache()
+    e = c.add(F.spec("wgrad", "workspace", "bf16", vc=8, vk=8))
+    s2 = Kernel.from_entry(c.add(F.stage2("bf16"), "sm_90"), c)
+    p = parse_problem("n=4,c=64,k=64,h=16,w=16,y=3,x=3,padding=1")
+    plan = Plan(p, Kernel.from_entry(e, c), be, ks_count=4, stage2=s2)
+    plan.launch(0x20000, 0x30000, 0x40000, stream=9)
+    main, second = d.launched[-2:]
+    assert "attrs" not in main and main["grid"] == (plan.grid, 1, 1)
+    programmatic = int(d.real.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    assert second["attrs"] == [(programmatic, 1)] and second["stream"] == 9
+
+
 def test_cuda_dependent_launch_without_the_call_is_a_plain_launch(monkeypatch):
     """Bindings without cuLaunchKernelEx launch plainly: the kernel's wait then returns at once."""
     be, d = cuda_backend()

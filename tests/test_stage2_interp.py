@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
         buf = torch.cat([ws.reshape(-1), pad])
         dw = torch.full((numel,), float("nan"), dtype=getattr(torch, dt))
         grid = (-(-numel // STAGE2_BLOCK),)
-        stage2.stage2_reduce[grid](buf, dw, numel, replicas, reset, BLOCK=STAGE2_BLOCK, UNROLL=stage2.STAGE2_UNROLL)
+        stage2.stage2_reduce[grid](buf, dw, numel, replicas, reset, BLOCK=STAGE2_BLOCK, UNROLL=stage2.STAGE2_UNROLL, GDC_WAIT=False)
         ref = torch.zeros(numel, dtype=torch.float32)
         for r in range(replicas):
             ref = ref + ws[r]

@@ -12,8 +12,9 @@ computed), loads the code object(s) and prepacks the kernarg block with
    sk_partials);
 3. zeroes dW for the atomic reductions (the only per-launch memset);
 4. launches the main kernel and, when the layout has replicas, the Stage-2 reduce, on the
-   caller's stream. After the memset, on an arch with ``dependent_launch``, the main kernel is
-   a dependent launch: it starts while the memset runs and waits for it before writing dW.
+   caller's stream. On an arch with ``dependent_launch`` the main kernel after the memset and
+   the Stage-2 reduce after the main kernel are dependent launches: each starts while the work
+   before it finishes and waits for it where it needs it (before writing dW; before anything).
 
 Nothing else happens per launch: flags and the workspace replica (split-K or stream-K) are zero
 at rest (the kernels restore the zeros), so a launch is the same bytes every time and a graph
@@ -277,6 +278,8 @@ class Plan:
         # the kernel starts while dW's memset runs and waits for it before writing dW (it was
         # compiled to: abi.spec.dw_zeroed_before_launch); elsewhere a plain launch after the memset
         self._dependent = layout.zero_dw and get_arch(self.kernel.arch).dependent_launch
+        # Stage-2 starts while the main kernel finishes and waits for it first (aot.kernels.stage2)
+        self._dependent2 = get_arch(self.kernel.arch).dependent_launch
         self._dw_nbytes = problem.dw_numel * DTYPE_BYTES[problem.dw_dtype]
         self._last = None  # (dy, x, dw, zeroed, scratch) of the last patch
         self._last2 = None
@@ -411,7 +414,10 @@ class Plan:
                 self._packer2.pack_into(self._buf2.data, "ws_ptr", rep)
                 self._packer2.pack_into(self._buf2.data, "dw", dw)
                 self._last2 = (rep, dw)
-            be.launch(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
+            if self._dependent2:
+                be.launch_dependent(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
+            else:
+                be.launch(self._fn2, self._grid2, self._threads2, self._shared2, self._buf2, stream)
 
     def poison(self, *, dw: int | None = None, byte: int = 0xFF, stream: int = 0) -> None:
         """Fill dW (if given) and this plan's scratch workspace with ``byte`` (0xFF: NaN in every

@@ -44,7 +44,7 @@ def kernel_for(spec, target):
     """(jit function, constexpr values) for a ``KernelSpec`` on ``target`` (an ``abi.arch.Arch``)."""
     fn = _KERNELS[(spec.family, spec.variant)]
     if spec.family == "stage2":
-        consts = stage2.constexprs(spec)
+        consts = stage2.constexprs(spec, target)
     elif spec.family == "pad":
         consts = pad.constexprs(spec)
     elif spec.family == "dwconv":

@@ -9,18 +9,26 @@ and saves a memset per launch (which also keeps the launch graph-replayable). Tw
 split-K replicas are stored whole by every split and need no reset.
 
 
+On an arch with ``dependent_launch`` the launcher starts it while the main kernel before it
+finishes (a programmatic dependent launch, as the atomic launches after the dW memset), so its
+first act is to wait for that kernel (``griddepcontrol.wait``): everything it reads, that kernel
+wrote.
+
 Each step loads UNROLL replicas (``abi.spec.STAGE2_UNROLL``) before adding them, so their
 latencies overlap; the adds keep replica order (replicas past the last add 0.0).
 """
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from skwgrad.abi.spec import STAGE2_UNROLL
 
 
 @triton.jit
-def stage2_reduce(ws_ptr, dw, numel, replicas, reset, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+def stage2_reduce(ws_ptr, dw, numel, replicas, reset, BLOCK: tl.constexpr, UNROLL: tl.constexpr, GDC_WAIT: tl.constexpr):
+    if GDC_WAIT:
+        gdc_wait()
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < numel
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -38,5 +46,5 @@ def stage2_reduce(ws_ptr, dw, numel, replicas, reset, BLOCK: tl.constexpr, UNROL
     tl.store(dw + offs, acc.to(dw.dtype.element_ty), mask=mask)
 
 
-def constexprs(spec) -> dict:
-    return {"BLOCK": spec.block, "UNROLL": STAGE2_UNROLL}
+def constexprs(spec, target) -> dict:
+    return {"BLOCK": spec.block, "UNROLL": STAGE2_UNROLL, "GDC_WAIT": target.dependent_launch}
