@@ -1,5 +1,6 @@
 """What the dW memset of an atomic launch costs in device time, per row, through auto's pick,
-and what the dependent launch after it (``abi.arch.Arch.dependent_launch``) gives back.
+and what the dependent launches (``abi.arch.Arch.dependent_launch``: the kernel after the memset,
+Stage-2 after the kernel) give back.
 
     python benchmarks/gpu_memset_probe.py --cache CACHE --corpus SHAPES.csv [--corpus ...] --out probe.json
 
@@ -7,7 +8,8 @@ Per row: auto's launch (``choose``, no tuned records), verified once against flo
 poisoned; where its plan zeroes dW before the kernel (the atomic epilogues), the same plan timed
 as is (``us``: the memset, then the kernel, a dependent launch where the arch has it), without
 the memset (``no_memset_us``, a wrong dW: timing only) and, where the plan launches dependently,
-with a plain launch after the memset (``plain_us``, what the launcher did before), interleaved in
+with plain launches (``plain_us``: the kernel after the memset and Stage-2 after the kernel, what
+the launcher did before), interleaved in
 ``--rounds`` rounds of ``--iters`` event-timed launches behind a stream hold, who goes first
 rotating. The plain launch's dW is checked too.
 On 1x1 stride-1 2-D rows also cuBLAS's GEMM of the same reduction (``torch.mm(dy^T, x)``, dW in
@@ -103,26 +105,29 @@ def main():
                     err = relative_error(bufs.read_dw(), wgrad_reference(p, bufs.x64, bufs.dy64))
                     tol = tolerance(p.dtype, p.dw_dtype, p.precision)
                     zero, dep = bool(pl._zero_dw), bool(pl._dependent)
-                    rec.update(rel_err=err, ok=bool(err <= tol), zeroes_dw=zero, dependent=dep, dw_bytes=pl.dw_nbytes)
-                    if dep:  # the plain launch after the memset computes dW too
-                        pl._dependent = False
+                    orig2 = bool(pl._dependent2)
+                    dep2 = orig2 and pl._fn2 is not None
+                    rec.update(rel_err=err, ok=bool(err <= tol), zeroes_dw=zero, dependent=dep, stage2_dependent=dep2,
+                               dw_bytes=pl.dw_nbytes)  # fmt: skip
+                    if dep or dep2:  # the plain launches compute dW too
+                        pl._dependent = pl._dependent2 = False
                         pl.poison(dw=bufs.dw)
                         pl.launch(bufs.dy, bufs.x, bufs.dw)
                         e2 = relative_error(bufs.read_dw(), wgrad_reference(p, bufs.x64, bufs.dy64))
                         rec.update(plain_rel_err=e2, ok=rec["ok"] and bool(e2 <= tol))
-                    # case: (zero dW, dependent launch)
-                    cases = {"us": (zero, dep)}
+                    # case: (zero dW, dependent kernel, dependent Stage-2)
+                    cases = {"us": (zero, dep, dep2)}
                     if zero:
-                        cases["no_memset_us"] = (False, False)
-                    if dep:
-                        cases["plain_us"] = (True, False)
+                        cases["no_memset_us"] = (False, False, False)
+                    if dep or dep2:
+                        cases["plain_us"] = (zero, False, False)
                     times = {k: [] for k in cases}
                     order = list(cases)
                     for i in range(a.rounds):
                         for k in order[i % len(order) :] + order[: i % len(order)]:
-                            pl._zero_dw, pl._dependent = cases[k]
+                            pl._zero_dw, pl._dependent, pl._dependent2 = cases[k]
                             times[k].append(pl.time(bufs.dy, bufs.x, bufs.dw, warmup=2, iters=a.iters, hold=hold)["median_us"])
-                    pl._zero_dw, pl._dependent = zero, dep
+                    pl._zero_dw, pl._dependent, pl._dependent2 = zero, dep, orig2
                     rec.update({k: statistics.median(v) for k, v in times.items()})
                 finally:
                     bufs.free()
@@ -144,6 +149,8 @@ def main():
         "rows_dependent": sum(1 for r in z if r.get("plain_us")),
         "plain_over_dependent_geomean": geo([r["plain_us"] / r["us"] for r in z if r.get("plain_us")]),
         "plain_minus_dependent_us_median": statistics.median([r["plain_us"] - r["us"] for r in z if r.get("plain_us")]) if any(r.get("plain_us") for r in z) else None,
+        "rows_stage2_dependent": sum(1 for r in doc["rows"] if r.get("stage2_dependent")),
+        "stage2_plain_over_dependent_geomean": geo([r["plain_us"] / r["us"] for r in doc["rows"] if r.get("stage2_dependent") and r.get("plain_us")]),
     }  # fmt: skip
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
     print("summary", json.dumps(doc["summary"]))
