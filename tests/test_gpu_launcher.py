@@ -770,9 +770,11 @@ def test_unaligned_channels_run_padded_eager_and_in_a_cuda_graph(backend, kset, 
 @pytest.mark.parametrize("text", [SHAPES["dense"], SHAPES["depthwise"], SHAPES["grouped"], TMA_SHAPES["dense"], LONG])
 def test_atomic_launches_after_the_dw_memset_eager_and_in_a_cuda_graph(backend, kset, text):
     """Every family's best-ranked atomic launch (dW zeroed, then the kernel, a dependent launch on
-    sm_90 that waits for the memset before its first add): dW poisoned with NaN before each of 10
-    eager launches, then captured into a CUDA graph and replayed on fresh inputs with dW poisoned
-    again. A kernel that wrote dW before the memset finished leaves NaNs or a double sum."""
+    sm_90 that waits for the memset before its first add) and its best-ranked launch with a Stage-2
+    reduce (a dependent launch that waits for the kernel first): dW poisoned with NaN before each of
+    10 eager launches, then captured into a CUDA graph and replayed on fresh inputs with dW poisoned
+    again. A kernel that wrote dW before the memset finished, or a Stage-2 that read the replicas
+    early, leaves NaNs, a double sum or a partial one."""
     import torch
 
     from skwgrad.abi.spec import dw_zeroed_before_launch
@@ -784,16 +786,16 @@ def test_atomic_launches_after_the_dw_memset_eager_and_in_a_cuda_graph(backend, 
     r = rank_choices(p, kset, arch=backend.arch, cus=backend.compute_units, options=LaunchOptions(), occupancy=backend_occupancy(backend))
     by_family = {}
     for c in r.choices:
-        if dw_zeroed_before_launch(c.spec.variant) and c.padding is None:
-            by_family.setdefault(c.spec.family, c)
-    assert by_family, [str(x) for x in r.rejected][:5]
+        if c.padding is None and (dw_zeroed_before_launch(c.spec.variant) or c.spec.variant in ("workspace", "two_stage")):
+            by_family.setdefault((c.spec.family, dw_zeroed_before_launch(c.spec.variant)), c)
+    assert any(atomic for _, atomic in by_family), [str(x) for x in r.rejected][:5]
     sd = p.spatial_dims
     fmt = torch.channels_last_3d if sd == 3 else torch.channels_last
     shape = (p.g * p.k, p.c, *(p.z, p.y, p.x)[3 - sd :])
     ref = _torch_ref(p, x, dy).numpy()
     for fam, c in sorted(by_family.items()):
         plan = c.plan(p, backend)
-        assert plan.layout.zero_dw
+        assert plan.layout.zero_dw == fam[1] and (fam[1] or plan.layout.needs_stage2)
         out = torch.empty(shape, dtype=torch.float32, device="cuda").contiguous(memory_format=fmt)
         for _ in range(10):
             out.fill_(float("nan"))
