@@ -713,6 +713,22 @@ def test_the_cudnn_baseline_runs_in_benchmark_mode_and_restores_the_callers_sett
     assert torch.backends.cudnn.benchmark is False and torch.backends.cudnn.allow_tf32 is True
 
 
+def _captured(plan, x, dy, out):
+    """A CUDA graph of one ``plan(x, dy, out=out)`` call, warmed up first on the capturing stream."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        plan(x, dy, out=out)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(x, dy, out=out)
+    return graph
+
+
 # ---------------------------------------------------------------------------------------------
 # Channel padding
 # ---------------------------------------------------------------------------------------------
@@ -745,15 +761,7 @@ def test_unaligned_channels_run_padded_eager_and_in_a_cuda_graph(backend, kset, 
         assert err <= tolerance("bf16", "bf16"), (c.kernel.label, err)
         assert plan.zeroed_bytes_nonzero() == 0
     plan = padded[0].plan(p, backend)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        plan(x, dy, out=out)  # warm-up on the capturing stream
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        plan(x, dy, out=out)
+    graph = _captured(plan, x, dy, out)
     _, x2, dy2 = _torch_case(text, seed=12)
     x.copy_(x2)
     dy.copy_(dy2)
@@ -803,15 +811,7 @@ def test_atomic_launches_after_the_dw_memset_eager_and_in_a_cuda_graph(backend, 
         torch.cuda.synchronize()
         err = relative_error(out.double().cpu().numpy(), ref)
         assert err <= 1e-3, (c.kernel.label, err)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            plan(x, dy, out=out)  # warm-up on the capturing stream
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            plan(x, dy, out=out)
+        graph = _captured(plan, x, dy, out)
         _, x2, dy2 = _torch_case(text + ",dw_dtype=fp32", seed=22)
         x_saved, dy_saved = x.clone(), dy.clone()
         x.copy_(x2)
