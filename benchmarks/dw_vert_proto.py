@@ -1,0 +1,263 @@
+"""Depthwise wgrad that walks down the rows and keeps x in registers (issue 11, exploration): JIT on the H200.
+
+    dW[g, ky, kx] = sum over (n, ho, wo) of dy[n, ho, wo, g] * x[n, ho - p_h + ky, wo - p_w + kx, g]
+
+Why: the product's window kernel (``skwgrad/aot/kernels/depthwise.py``, ``_dwconv_win``) walks the
+strips of its split in (n, ho, column) order, BP strips a step, and reloads every x row a strip's
+taps read: at 3x3 each x vector is loaded, converted and used 3 * BW / (BW + 2) ~ 2.3 times, and on
+large planes the kernel is L2-bound (H200 run B8: 92% L2 throughput, 27% L1 hits). Here each
+thread owns one strip of BW output columns of one image and walks *down* its rows (stride and
+dilation 1): the x rows a row's taps read are the KY rows of a sliding window, so per output row
+one new x row is loaded, and each x vector is used BW * KX * KY / (BW + KX - 1) times (3x3, BW 4:
+6). Column masks and the per-strip bases are computed once per CTA; a row costs a pointer step.
+A CTA owns BC channels x BP column strips (n, wb) x a range of output rows (its split). Epilogue:
+the strips summed, one relaxed fp32 atomic add per (channel, tap) into dW (zeroed first).
+
+    python3 benchmarks/dw_vert_proto.py --corpus F.csv [--corpus ...] --out R.json   # H200; SKWGRAD_CACHE for auto
+
+Per 2-D depthwise row at stride 1 and dilation 1: every configuration at three split degrees,
+checked against float64 (torch, on the GPU), then auto (``skwgrad.wgrad``, the shipped cache) and
+cuDNN, each timed the same way: a CUDA graph of REPS calls (the proto: dW memset + kernel),
+replayed, device events, median per call. Nothing here is product code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@triton.jit
+def dw_vert(x, dy, dw, N, G, Hi, Wi, Ho, Wo, pad_h, pad_w, rows_per_split,
+            BC: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr, KY: tl.constexpr, KX: tl.constexpr,
+            VEC: tl.constexpr, UNROLL: tl.constexpr):  # fmt: skip
+    SPAN: tl.constexpr = BW + KX - 1
+    WB = tl.cdiv(Wo, BW)
+    COLS = N * WB
+    cblocks = tl.cdiv(G, BC)
+    colgroups = tl.cdiv(COLS, BP)
+    pid = tl.program_id(0)
+    cb = pid % cblocks
+    rest = pid // cblocks
+    cg = rest % colgroups
+    split = rest // colgroups
+    ho0 = split * rows_per_split
+    ho1 = tl.minimum(ho0 + rows_per_split, Ho)
+    offs_c = cb * BC + tl.arange(0, BC)
+    c_ok = tl.max_constancy(offs_c < G, VEC)
+    ch = tl.max_contiguous(tl.multiple_of(offs_c % G, VEC), VEC)
+    col = cg * BP + tl.arange(0, BP)
+    col_ok = col < COLS
+    zero_p = tl.zeros([BP], dtype=tl.int32)
+    wb = col % WB
+    nb = col // WB
+    wo0 = wb * BW
+    w0 = wo0 - pad_w
+    # per strip: the pixel index of (nb, row 0, first window column) in x and dy; masks, once
+    x_pix0 = nb * Hi * Wi + w0
+    dy_pix0 = nb * Ho * Wo + wo0
+    xm = ()
+    for cw in tl.static_range(SPAN):
+        xm = xm + ((col_ok & ((w0 + cw).to(tl.uint32) < Wi))[:, None] & c_ok[None, :],)
+    dm = ()
+    for j in tl.static_range(BW):
+        dm = dm + ((col_ok & (wo0 + j < Wo))[:, None] & c_ok[None, :],)
+    # the window: rows 0 .. KY-2 of output row ho0's taps (x rows ho0 - pad_h + i)
+    win = ()
+    for i in tl.static_range(KY - 1):
+        h = ho0 - pad_h + i
+        row_ok = (col_ok & ((h + zero_p).to(tl.uint32) < Hi))[:, None]  # (a tensor: the interpreter's scalar compares misbehave)
+        base = x_pix0 + h * Wi
+        for cw in tl.static_range(SPAN):
+            p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+            win = win + (tl.load(p, mask=xm[cw] & row_ok, other=0.0).to(tl.float32),)
+    acc = ()
+    for t in tl.static_range(KY * KX):
+        acc = acc + (tl.zeros([BP, BC], dtype=tl.float32),)
+    # UNROLL = KY: the window's rotation is register renaming, not moves (sm_90 SASS, 3x3 c16p32w4v4:
+    # 1.92 instructions a product against 2.31, but 214 registers against 138)
+    for ho in tl.range(ho0, ho1, loop_unroll_factor=UNROLL):
+        h = ho - pad_h + (KY - 1)  # the one new x row
+        row_ok = (col_ok & ((h + zero_p) < Hi))[:, None]  # h >= 0: ho >= 0 and KY - 1 >= pad_h for the layers run here
+        base = x_pix0 + h * Wi
+        new = ()
+        for cw in tl.static_range(SPAN):
+            p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+            new = new + (tl.load(p, mask=xm[cw] & row_ok, other=0.0).to(tl.float32),)
+        dbase = dy_pix0 + ho * Wo
+        dv = ()
+        for j in tl.static_range(BW):
+            p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
+            dv = dv + (tl.load(p, mask=dm[j], other=0.0).to(tl.float32),)
+        nacc = ()
+        for i in tl.static_range(KY):
+            for kx in tl.static_range(KX):
+                a = acc[i * KX + kx]
+                for j in tl.static_range(BW):
+                    if i < KY - 1:
+                        a = a + dv[j] * win[i * SPAN + j + kx]
+                    else:
+                        a = a + dv[j] * new[j + kx]
+                nacc = nacc + (a,)
+        acc = nacc
+        nwin = ()
+        for q in tl.static_range(SPAN, (KY - 1) * SPAN):
+            nwin = nwin + (win[q],)
+        win = nwin + new
+    for t in tl.static_range(KY * KX):
+        s = tl.sum(acc[t], axis=0)
+        tl.atomic_add(dw + offs_c * (KY * KX) + t, s, mask=c_ok, sem="relaxed")
+
+
+# (BC, BP, BW, VEC, UNROLL): BC * BP = 128 threads * VEC channels a thread (4 warps); UNROLL 0: KY.
+# sm_90 bf16 3x3 registers (Triton 3.9): 138, 214, 96, 147, 181, 250, 186
+CONFIGS = {
+    "c16p32w4v4": (16, 32, 4, 4, 1),
+    "c16p32w4v4u": (16, 32, 4, 4, 0),
+    "c16p32w2v4": (16, 32, 2, 4, 1),
+    "c16p32w2v4u": (16, 32, 2, 4, 0),
+    "c16p64w2v8": (16, 64, 2, 8, 1),
+    "c16p64w2v8u": (16, 64, 2, 8, 0),
+    "c16p32w7v4": (16, 32, 7, 4, 1),
+}
+
+
+def launch_fn(torch, x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
+    bc, bp, bw, vec, unroll = CONFIGS[cfg]
+    wb = math.ceil(p.wo / bw)
+    tiles = math.ceil(p.g / bc) * math.ceil(p.n * wb / bp)
+    splits = max(1, min(p.ho, math.ceil(splits_ctas_per_cu * cus / tiles)))
+    rows = math.ceil(p.ho / splits)
+    splits = math.ceil(p.ho / rows)
+    grid = (tiles * splits,)
+
+    def fn():
+        dw.zero_()
+        dw_vert[grid](x, dy, dw, p.n, p.g, p.hi, p.wi, p.ho, p.wo, p.pad_lo[1], p.pad_lo[2], rows,
+                      BC=bc, BP=bp, BW=bw, KY=p.y, KX=p.x, VEC=vec, UNROLL=unroll or p.y, num_warps=4)  # fmt: skip
+
+    return fn, {"grid": grid[0], "splits": splits, "rows_per_split": rows}
+
+
+def graph_time(torch, fn, reps=20, replays=7):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(reps):
+                fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1000 / reps)
+    return statistics.median(out[1:])
+
+
+def run_row(torch, p, name, cus, split_choices=(2, 4, 8)):
+    import skwgrad
+    import torch.nn.functional as F  # noqa: F401
+
+    dev = "cuda"
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
+    gen = torch.Generator(device=dev).manual_seed(1)
+    x = torch.randn(p.n, p.hi, p.wi, p.g, device=dev, dtype=dt, generator=gen)
+    dy = torch.randn(p.n, p.ho, p.wo, p.g, device=dev, dtype=dt, generator=gen)
+    xc, dyc = x.permute(0, 3, 1, 2), dy.permute(0, 3, 1, 2)  # channels-last NCHW views
+    ref = torch.nn.grad.conv2d_weight(xc.double(), (p.g, 1, p.y, p.x), dyc.double(), stride=1, padding=(p.pad_lo[1], p.pad_lo[2]),
+                                      groups=p.g).reshape(p.g, p.y * p.x)  # fmt: skip
+    rn = ref.norm().item()
+    dw = torch.empty(p.g, p.y * p.x, device=dev, dtype=torch.float32)
+    out = {"name": name, "problem": p.describe(), "configs": {}}
+    for cfg in CONFIGS:
+        for c in split_choices:
+            key = f"{cfg}_s{c}"
+            try:
+                fn, geo = launch_fn(torch, x, dy, dw, p, cfg, c, cus)
+                dw.fill_(float("nan"))
+                fn()
+                torch.cuda.synchronize()
+                err = ((dw.double() - ref).norm() / rn).item()
+                rec = dict(geo, rel_err=err, ok=bool(err < 1e-4))
+                if rec["ok"]:
+                    rec["us"] = graph_time(torch, fn)
+            except Exception as e:  # noqa: BLE001  (recorded: which configuration could not run)
+                rec = {"error": f"{type(e).__name__}: {e}"[:300]}
+            out["configs"][key] = rec
+    kw = dict(filter_size=(p.y, p.x), stride=(1, 1), padding=(p.pad_lo[1], p.pad_lo[2]), dilation=(1, 1), dw_dtype="fp32", groups=p.g)
+    got = skwgrad.wgrad(xc, dyc, **kw)
+    out["auto_rel_err"] = ((got.double().reshape(p.g, -1) - ref).norm() / rn).item()
+    out["auto_us"] = graph_time(torch, lambda: skwgrad.wgrad(xc, dyc, **kw))
+    w = torch.empty(p.g, 1, p.y, p.x, device=dev, dtype=dt).contiguous(memory_format=torch.channels_last)
+    args = ([1, 1], [p.pad_lo[1], p.pad_lo[2]], [1, 1], False, [0, 0], p.g, [False, True, False])
+    out["cudnn_us"] = graph_time(torch, lambda: torch.ops.aten.convolution_backward(dyc, xc, w, None, *args))
+    ok = {k: v["us"] for k, v in out["configs"].items() if v.get("us")}
+    if ok:
+        best = min(ok, key=ok.get)
+        out["best"], out["best_us"] = best, ok[best]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", action="append", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    from skwgrad.abi.conv import from_row
+
+    cus = torch.cuda.get_device_properties(0).multi_processor_count
+    doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "triton": triton.__version__, "rows": []}  # fmt: skip
+    for corpus in args.corpus:
+        with open(corpus) as f:
+            for row in csv.DictReader(f):
+                p = from_row(row)
+                if (not p.is_depthwise or p.spatial_dims != 2 or p.dtype == "fp32" or p.stride[1:] != (1, 1)
+                        or p.dilation[1:] != (1, 1) or p.y - 1 < p.pad_lo[1] or p.g % 8):  # fmt: skip
+                    continue
+                t0 = time.time()
+                r = run_row(torch, p, row["name"], cus)
+                r["corpus"] = Path(corpus).name
+                doc["rows"].append(r)
+                print(f"{row['name'][:44]:44s} cudnn {r['cudnn_us']:8.1f} auto {r['auto_us']:8.1f} best {r.get('best_us', 0):8.1f} "
+                      f"{r.get('best', '-')} [{time.time() - t0:.1f}s]", flush=True)  # fmt: skip
+                Path(args.out).write_text(json.dumps(doc, indent=1))
+    rows = [r for r in doc["rows"] if r.get("best_us")]
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None  # noqa: E731
+    doc["summary"] = {"rows": len(rows), "best_vs_auto": geo([r["auto_us"] / r["best_us"] for r in rows]),
+                      "best_vs_cudnn": geo([r["cudnn_us"] / r["best_us"] for r in rows]),
+                      "auto_vs_cudnn": geo([r["cudnn_us"] / r["auto_us"] for r in rows]),
+                      "per_config_vs_auto": {c: geo([r["auto_us"] / min(v["us"] for k, v in r["configs"].items() if k.startswith(c + "_") and v.get("us"))
+                                                     for r in rows if any(k.startswith(c + "_") and v.get("us") for k, v in r["configs"].items())])
+                                             for c in CONFIGS}}  # fmt: skip
+    print("summary", json.dumps(doc["summary"]))
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
