@@ -176,7 +176,7 @@ def graph_time(torch, fn, reps=20, replays=7):
     return statistics.median(out[1:])
 
 
-def run_row(torch, p, name, cus, split_choices=(2, 4, 8)):
+def run_row(torch, p, name, cus, split_choices=(2, 4, 8), configs=tuple(CONFIGS)):
     import skwgrad
     import torch.nn.functional as F  # noqa: F401
 
@@ -191,9 +191,9 @@ def run_row(torch, p, name, cus, split_choices=(2, 4, 8)):
     rn = ref.norm().item()
     dw = torch.empty(p.g, p.y * p.x, device=dev, dtype=torch.float32)
     out = {"name": name, "problem": p.describe(), "configs": {}}
-    for cfg in CONFIGS:
+    for cfg in configs:
         for c in split_choices:
-            key = f"{cfg}_s{c}"
+            key = f"{cfg}_s{c:g}"
             try:
                 fn, geo = launch_fn(torch, x, dy, dw, p, cfg, c, cus)
                 dw.fill_(float("nan"))
@@ -224,7 +224,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", action="append", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma list of CONFIGS names")
+    ap.add_argument("--splits", default="2,4,8", help="comma list of CTAs per CU the split degree aims at")
     args = ap.parse_args()
+    configs = tuple(args.configs.split(","))
+    splits = tuple(float(v) for v in args.splits.split(","))
     import torch
 
     torch.backends.cudnn.benchmark = True
@@ -241,7 +245,7 @@ def main():
                         or p.dilation[1:] != (1, 1) or p.y - 1 < p.pad_lo[1] or p.g % 8):  # fmt: skip
                     continue
                 t0 = time.time()
-                r = run_row(torch, p, row["name"], cus)
+                r = run_row(torch, p, row["name"], cus, splits, configs)
                 r["corpus"] = Path(corpus).name
                 doc["rows"].append(r)
                 print(f"{row['name'][:44]:44s} cudnn {r['cudnn_us']:8.1f} auto {r['auto_us']:8.1f} best {r.get('best_us', 0):8.1f} "
@@ -254,7 +258,7 @@ def main():
                       "auto_vs_cudnn": geo([r["cudnn_us"] / r["auto_us"] for r in rows]),
                       "per_config_vs_auto": {c: geo([r["auto_us"] / min(v["us"] for k, v in r["configs"].items() if k.startswith(c + "_") and v.get("us"))
                                                      for r in rows if any(k.startswith(c + "_") and v.get("us") for k, v in r["configs"].items())])
-                                             for c in CONFIGS}}  # fmt: skip
+                                             for c in configs}}  # fmt: skip
     print("summary", json.dumps(doc["summary"]))
     Path(args.out).write_text(json.dumps(doc, indent=1))
 
