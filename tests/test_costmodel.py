@@ -576,7 +576,9 @@ def test_a_tma_launch_takes_at_least_its_fill_at_the_sms_ceiling():
 
     m = M.builtin("sm_90")
     s = KernelSpec("wgrad_tma", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_warps=4, num_stages=4, block=1)
-    big = parse_problem("n=8,c=512,k=512,h=64,w=64,y=3,x=3,padding=2,dilation=2")
+    # (model 14 prices three co-resident CTAs' iterations: on deeplab's layer the terms now exceed
+    # the bound; on a 128 px one with fewer channels the bound still binds)
+    big = parse_problem("n=8,c=256,k=256,h=128,w=128,y=3,x=3,padding=1")
     geo = tma_geometry(big, "workspace", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=2)
     t = M.terms(big, s, geo, arch="sm_90", compute_units=132, occupancy=3)
     landed = t.as_dict()["main_bytes_tma"]  # KiB the busiest CU lands
@@ -665,3 +667,29 @@ def test_model_13_credits_the_pointwise_loops_loads_and_prices_splits_onto_each_
     # the explanation shows the credit, and its parts still sum to the prediction
     e = b.explain(tp)
     assert e["main_loads_pointwise"] < 0 and sum(e.values()) == pytest.approx(b.predict(tp))
+
+
+def test_three_co_resident_tma_ctas_pay_their_cu_iterations():
+    """main_iter_tma_three_ctas (model 14) is a TMA launch's CTA-iterations on its busiest CU when its
+    grid puts three CTAs on an SM; zero at two or one, and for the Triton kernels. With it the model
+    no longer ranks the three-CTA split of a 56 px 1x1 layer (392 CTAs, what auto took in H200 runs
+    F1/F2, 1.06-1.08x the fastest) ahead of the same kernel at two CTAs an SM (264, the faster)."""
+    from skwgrad.abi.launch import spec_geometry, tma_geometry
+
+    m = M.builtin("sm_90")
+    assert m.constants[M.TERMS.index("main_iter_tma_three_ctas")] > 0
+    p = parse_problem("n=32,c=64,k=256,h=56,w=56,y=1,x=1")
+    s = KernelSpec("wgrad_tma", "workspace", "bf16", "bf16", vec_c=8, vec_k=8, bm=64, bn=64, bk=64, num_warps=4, num_stages=4, block=1)
+    got = {}
+    for ks in (98, 66, 33):
+        geo = tma_geometry(p, "workspace", bm=64, bn=64, bk=64, taps_per_tile=1, ks_count=ks)
+        t = M.terms(p, s, geo, arch="sm_90", compute_units=132, occupancy=3)
+        d = t.as_dict()
+        cu_iters = d["main_bytes_tma"] / (64 * (64 + 64) * 2 / 1024)
+        assert d["main_iter_tma_three_ctas"] == (pytest.approx(cu_iters) if t.resident >= 3 else 0.0), ks
+        got[ks] = (t.resident, m.predict(t))
+    assert [got[ks][0] for ks in (98, 66, 33)] == [3, 2, 1]
+    assert got[66][1] < got[98][1]  # model 13 ranked 98 first (19.2 against 19.3 us predicted)
+    sw = KernelSpec("wgrad", "workspace", "bf16", "bf16", pointwise=True, vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
+    tw = M.terms(p, sw, spec_geometry(p, sw, threads=128, ks_count=98), arch="sm_90", compute_units=132, occupancy=3)
+    assert tw.resident == 3 and tw.as_dict()["main_iter_tma_three_ctas"] == 0.0

@@ -48,6 +48,10 @@ co-residency on a CU and the CU count):
              the busiest CU, 128 channels: 0.22), and the same GEMM at 112 and at 28 px ran the same
              151 us (H200 run A3): not the plane, the boxes. A CTA alone on its SM waits on its own
              MMA chain and hides it.
+             ``main_iter_tma_three_ctas`` (model 14): a price per CTA-iteration the busiest CU runs of
+             a TMA launch whose grid puts three CTAs on an SM (the 64x64 tile's occupancy): three
+             producer warps and their MMA warps share one SM's TMA and issue slots, and such launches
+             ran 1.14-1.18x what the shared throughput terms said, against 0.83-1.03x at one CTA an SM.
              ``main_iter_grouped``: a price per iteration on the critical path of the packed-group
              (``grouped``) loop, which its loads and MMAs alone under-price (cross-validated by shape
              set on 21 sets: 5 more rows within 5% of the fastest, none fewer in any set).
@@ -126,7 +130,7 @@ from skwgrad.abi.launch import LaunchGeometry, grouped_packed, tma_groups_per_ti
 from skwgrad.abi.spec import STAGE2_UNROLL
 from skwgrad.errors import ProblemError
 
-MODEL_VERSION = 13  # 13: a credit per load on the critical path of the pointwise Triton loops, and a price per split adding into each dW element (atomic / workspace); 12: the TMA loop's extra price per CTA-iteration of the busiest CU with co-resident CTAs, by the share of its boxes partly past the channels; 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
+MODEL_VERSION = 14  # 14: the TMA loop's extra price per CTA-iteration of the busiest CU where three of its CTAs share an SM; 13: a credit per load on the critical path of the pointwise Triton loops, and a price per split adding into each dW element (atomic / workspace); 12: the TMA loop's extra price per CTA-iteration of the busiest CU with co-resident CTAs, by the share of its boxes partly past the channels; 11: the TMA loop's extra price per CTA-iteration of the busiest CU on a 3-D layer (5-D im2col); 10: the TMA loop's extra price per iteration on a 1x1 stride-1 layer; 9: the TMA im2col family's main-loop terms and classes; 2: per-warp MMA chain, fp32 matrix rate, Stage-2 chain, L2 refetch; 3: tf32 / ieee rates, exposed loads;
 # 4: the Stage-2 chain counted in steps of STAGE2_UNROLL replicas; 5: split-K's throughput terms priced
 # by the busiest CU's CTAs (tail wave), a tf32 per-warp chain, stream-K gather loads; 6: a per-iteration
 # price of the packed-group loop; 7: the narrow stores and loads of the 1-wide kernels (zero in the
@@ -157,6 +161,7 @@ TERMS = (
     "main_iter_tma_3d",  # model 11
     "main_iter_tma_partial_box",  # model 12
     "main_loads_pointwise", "fixup_atomic_chain",  # model 13
+    "main_iter_tma_three_ctas",  # model 14
 )  # fmt: skip
 
 # Cost of one MAC relative to a bf16/fp16 MAC on the arch's matrix units (peak-rate ratios of
@@ -387,6 +392,7 @@ def terms(problem: ConvProblem, spec, geo: LaunchGeometry, *, arch: str, compute
         cu_iters * tma_partial_box_share(problem, spec) if tma and resident >= 2 else 0.0,
         -float(path) * loads if spec.family in ("wgrad", "wgrad_sk") and spec.pointwise else 0.0,
         float(geo.ks_count) if v in ("atomic", "workspace") and spec.family in ("wgrad", "grouped", "wgrad_tma") else 0.0,
+        float(cu_iters) if tma and resident >= 3 else 0.0,
     )  # fmt: skip
     floor_us = landed / TMA_FILL_CEILING[arch] if tma and arch in TMA_FILL_CEILING else 0.0
     return Terms(values, resident, path, floor_us)
@@ -624,6 +630,16 @@ _TMA_3D_SM90 = (0.02,)
 # 1.0288, against 220/293 and 1.0416 without the term and 228/293, 1.0329 with the plane's; mean
 # |log error| of the TMA launches 0.130 against 0.155 (benchmarks/RESULTS.md, session 22).
 _TMA_PARTIAL_BOX_SM90 = (0.2,)
+# main_iter_tma_three_ctas (model 14): H200 runs F1 and F2 (session 27) timed the 64x64 TMA kernel
+# (the one that fits three CTAs an SM) at 1.14-1.18x its model-13 prediction where its grid put more
+# than two CTAs on an SM (13 launches; at most one an SM 0.83-1.03x), and auto took it at 392 CTAs on
+# the 56 px 1x1 rows of ResNet-50 (1.06-1.08x the fastest timed launch: the same kernel at 264 CTAs
+# or a pointwise one) and at 256 CTAs on r50_l4's 1x1 (1.07x a 128x64 launch). Chosen from 0-0.02
+# by the pick among each row's timed launches, one shape set of one run left out at a time (runs
+# V5-A9, C3, F1, F2: 4985 launches whose kernels the default cache holds, 630 rows with two or more):
+# 0.01 in every fold; held out 506/630 rows within 5% of the fastest, geomean 1.0281, against
+# 497/630 and 1.0289 without it (the corpus in F2 and Z2: 15/19 against 13/19 each).
+_TMA_THREE_CTAS_SM90 = (0.01,)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
     # sets: the corpus (runs B1, C2, E3, E5), the unseen corpus and benchmarks/shapes/heldout_2026-12-01.csv
@@ -649,7 +665,8 @@ _BUILTIN: dict[str, tuple] = {
               *_TMA_POINTWISE_SM90,
               *_TMA_3D_SM90,
               *_TMA_PARTIAL_BOX_SM90,
-              *_M13_SM90),
+              *_M13_SM90,
+              *_TMA_THREE_CTAS_SM90),
 }
 # bf16 matrix peak of sm_90 / the arch's. A prior, not a measurement: every term (the Stage-2
 # chain and the L2 refetch too, whose L2 size the term itself reads per arch) is scaled alike
@@ -685,6 +702,7 @@ _DEFAULT_PRIOR = (
     0.0,  # TMA loop on a 3-D layer, per CTA-iteration of the busiest CU
     0.0,  # TMA loop with co-resident CTAs, per CTA-iteration of the busiest CU times its partial boxes' share
     0.0, 0.0,  # pointwise Triton loop's credit per load on the path; per split adding into each dW element
+    0.0,  # TMA loop with three CTAs an SM, per CTA-iteration of the busiest CU
 )
 
 
