@@ -637,8 +637,9 @@ _TMA_PARTIAL_BOX_SM90 = (0.2,)
 # or a pointwise one) and at 256 CTAs on r50_l4's 1x1 (1.07x a 128x64 launch). Chosen from 0-0.02
 # by the pick among each row's timed launches, one shape set of one run left out at a time (runs
 # V5-A9, C3, F1, F2: 4985 launches whose kernels the default cache holds, 630 rows with two or more;
-# benchmarks/cv_three_ctas.py): 0.005 or 0.01 per fold, 0.01 the best in sample; held out 506/630 rows within 5% of the fastest, geomean 1.0281, against
-# 497/630 and 1.0289 without it (the corpus in F2 and Z2: 15/19 against 13/19 each).
+# benchmarks/cv_three_ctas.py): 0.005 or 0.01 per fold, 0.01 the best in sample; held out 506/630
+# rows within 5% of the fastest, geomean 1.0281, against 497/630 and 1.0289 without it. Run F4, the
+# 9 rows whose pick it changes: 1.027x faster (1.008x on the 4 from sets drawn for the run).
 _TMA_THREE_CTAS_SM90 = (0.01,)
 _BUILTIN: dict[str, tuple] = {
     # H200 (132 SMs), 2026-12-01: every search-space candidate timed with a held stream, 21 shape
