@@ -1,13 +1,15 @@
-"""Cost model 14's constant for ``main_iter_tma_three_ctas``, chosen one shape set left out at a time
-(benchmarks/RESULTS.md, session 27), reproduced from the repository.
+"""The constant of one cost-model term (model 14's ``main_iter_tma_three_ctas``, model 15's
+``fill_tma_extra_waves``), chosen one shape set left out at a time (benchmarks/RESULTS.md, session
+27), reproduced from the repository.
 
-    .venv/bin/python benchmarks/cv_three_ctas.py --cache CACHE
+    .venv/bin/python benchmarks/cv_three_ctas.py --cache CACHE [--term fill_tma_extra_waves]
 
 Every launch the product timed in cv_costmodel_m13.RUNS and in runs F1/F2 (gpu_tma_auto.py records;
-padded launches and kernels CACHE lacks left out) gets the built-in model's terms. The new term's
-constant is taken from GRID: per fold (a shape set of one run) the value whose picks among each
+padded launches and kernels CACHE lacks left out) gets the built-in model's terms. The term's
+constant is taken from its GRID: per fold (a shape set of one run) the value whose picks among each
 row's timed launches are within 5% of the fastest on the most rows of the other folds (then the
-least geomean), judged on the held-out fold; every other constant stays at the built-in value.
+least geomean), judged on the held-out fold; every other constant stays at the built-in value (the term's own at 0, and
+the terms after it, added later, at 0 too: the model the term was chosen against).
 """
 
 from __future__ import annotations
@@ -30,15 +32,19 @@ from results_io import read_json  # noqa: E402
 
 from skwgrad.abi import costmodel as M  # noqa: E402
 
-NEW = "main_iter_tma_three_ctas"
-GRID = (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02)
+GRIDS = {
+    "main_iter_tma_three_ctas": (0.0, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02),
+    "fill_tma_extra_waves": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0),
+}
 F_RUNS = ("tma_auto_corpus_2026-12-04_f2.json", "pw_tiles_models_2026-12-04_f1.json", "pw_tiles_random_2026-12-04_f1.json")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", required=True, help="an sm_90 default cache (the kernels' metadata)")
+    ap.add_argument("--term", default="main_iter_tma_three_ctas", choices=tuple(GRIDS))
     args = ap.parse_args()
+    NEW, GRID = args.term, GRIDS[args.term]
     kernels = Kernels(args.cache, False)
     rows = []
     for name in (*RUNS, *F_RUNS):
@@ -51,7 +57,7 @@ def main():
     fold_of = np.array([r["fold"] for r in rows])
     c = np.array(M.builtin("sm_90").constants, dtype=float)
     j = M.TERMS.index(NEW)
-    c[j] = 0.0
+    c[j:] = 0.0
 
     def judge(idx, k):
         pred = np.maximum(a @ c + k * a[:, j], floor)
