@@ -45,6 +45,8 @@ def main():
     ap.add_argument("--term", default="main_iter_tma_three_ctas", choices=tuple(GRIDS))
     args = ap.parse_args()
     NEW, GRID = args.term, GRIDS[args.term]
+    if NEW not in M.TERMS:  # model 15's term is a proposal (session 27: no device time was left to check it)
+        raise SystemExit(f"{NEW} is not a term of this cost model: apply benchmarks/proposals/costmodel15_extra_waves.diff first")
     kernels = Kernels(args.cache, False)
     rows = []
     for name in (*RUNS, *F_RUNS):
