@@ -43,17 +43,9 @@ def main():
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--dtype", action="append", default=None)
     a = ap.parse_args()
-    from skwgrad.aot.build import build
-    from skwgrad.aot.sweep import SweepItem
-    from skwgrad.cache.store import Cache
+    from build_tma_configs import build_into
 
-    want = [s for c in a.config for s in specs(c, tuple(a.dtype or ("bf16",)))]
-    for s in want:
-        s.validate()
-    summary = build([SweepItem(a.arch, s) for s in want], Cache(a.cache), progress=False, retry_failed=True)
-    print(f"{len(want)} kernels: {len(summary.built)} built, {len(summary.failed)} failed")
-    for f in summary.failed:
-        print("failed:", f)
+    build_into(a.cache, a.arch, [s for c in a.config for s in specs(c, tuple(a.dtype or ("bf16",)))])
 
 
 if __name__ == "__main__":  # the build's worker processes re-import this file

@@ -40,13 +40,21 @@ def main():
     ap.add_argument("--config", action="append", required=True)
     ap.add_argument("--mode", default="", choices=("", "persistent"))
     a = ap.parse_args()
+    build_into(a.cache, a.arch, [s for c in a.config for s in specs(c, a.mode)])
+
+
+def build_into(cache: str, arch: str, want: list[KernelSpec]) -> None:
+    """Build ``want`` for ``arch`` into the cache at ``cache`` (trial kernels beside a default cache)."""
     from skwgrad.aot.build import build
     from skwgrad.aot.sweep import SweepItem
     from skwgrad.cache.store import Cache
 
-    want = [s for c in a.config for s in specs(c, a.mode)]
-    summary = build([SweepItem(a.arch, s) for s in want], Cache(a.cache), progress=False, retry_failed=True)
+    for s in want:
+        s.validate()
+    summary = build([SweepItem(arch, s) for s in want], Cache(cache), progress=False, retry_failed=True)
     print(f"{len(want)} kernels: {len(summary.built)} built, {len(summary.failed)} failed")
+    for f in summary.failed:
+        print("failed:", f)
 
 
 if __name__ == "__main__":  # the build's worker processes re-import this file

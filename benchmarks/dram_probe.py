@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
+from pathlib import Path
 
 import triton
 import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from graph_timing import graph_time  # noqa: E402
 
 REPS = 10
 
@@ -34,30 +38,6 @@ def _read(a, n, out, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     tl.store(out + pid, tl.sum(acc, axis=0))
 
 
-def _timed(torch, fn, flush):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(REPS):
-                fn()
-    out = []
-    for _ in range(7):
-        flush.add_(1)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1000 / REPS)
-    return statistics.median(out[1:])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -66,6 +46,9 @@ def main():
     import torch
 
     flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+
+    def flush_l2():
+        flush.add_(1)
     doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "rows": []}
     block, iters = 4096, 8
     for mb in (float(v) for v in args.mb.split(",")):
@@ -75,15 +58,15 @@ def main():
         parts = (triton.cdiv(n, block * iters),)
         out = torch.empty(parts[0] + 2 * triton.cdiv(n, block * iters), device="cuda")
         row = {"mb": mb}
-        row["torch_sum_us"] = _timed(torch, lambda: a.sum(dtype=torch.float32), flush)
-        row["read1_us"] = _timed(torch, lambda: _read[parts](a, n, out, BLOCK=block, ITERS=iters, num_warps=8), flush)
+        row["torch_sum_us"] = graph_time(torch, lambda: a.sum(dtype=torch.float32), REPS, before_replay=flush_l2)
+        row["read1_us"] = graph_time(torch, lambda: _read[parts](a, n, out, BLOCK=block, ITERS=iters, num_warps=8), REPS, before_replay=flush_l2)
 
         def two():
             for t in (x, dy):
                 m = t.numel()
                 _read[(triton.cdiv(m, block * iters),)](t, m, out, BLOCK=block, ITERS=iters, num_warps=8)
 
-        row["read2_us"] = _timed(torch, two, flush)
+        row["read2_us"] = graph_time(torch, two, REPS, before_replay=flush_l2)
         for k in ("torch_sum", "read1", "read2"):
             row[f"{k}_tb_s"] = mb * 1e6 / row[f"{k}_us"] / 1e6
         doc["rows"].append(row)

@@ -30,7 +30,6 @@ import argparse
 import csv
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,8 +38,11 @@ import triton
 import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+from graph_timing import graph_time  # noqa: E402
 
 
 @triton.jit
@@ -153,30 +155,6 @@ def launch_fn(torch, x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
                       BC=bc, BP=bp, BW=bw, KY=p.y, KX=p.x, VEC=vec, UNROLL=unroll or p.y, num_warps=4)  # fmt: skip
 
     return fn, {"grid": grid[0], "splits": splits, "rows_per_split": rows}
-
-
-def graph_time(torch, fn, reps=20, replays=7):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(reps):
-                fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1000 / reps)
-    return statistics.median(out[1:])
 
 
 def run_row(torch, p, name, cus, split_choices=(2, 4, 8), configs=tuple(CONFIGS)):
