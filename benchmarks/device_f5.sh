@@ -4,10 +4,9 @@
 # changes offline (tma_extra_waves_flip_2026-12-04: 3 of random_large_2026120608, drawn for this run; 3 of
 # random_2026120604 and 1 of pw_random_2026120605, drawn before F4 and not in the fit; 3 corpus rows, in the fit),
 # every launch verified. Then benchmarks/dram_probe.py: how fast the H200 reads 32-200 MB in practice.
-# Model 15 is a proposal (session 27 had no device time left for this run): the script applies it to its copy first.
+# Model 15 was a proposal when this was written (session 27); run F5 timed it and it shipped.
 # Carried: .whl, .device/f0.tar.xz (the default sm_90 cache of e263171's source; costmodel.py is not a key file).
 set -uo pipefail
-git apply benchmarks/proposals/costmodel15_extra_waves.diff || exit 1
 source benchmarks/device_setup.sh .device/f0.tar.xz
 S=benchmarks/shapes; mkdir -p /tmp/o
 timeout 240 python3 benchmarks/gpu_tma_auto.py --cache /tmp/pc --top 2 --top-old 2 --no-end-to-end --rounds 5 \

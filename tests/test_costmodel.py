@@ -693,3 +693,28 @@ def test_three_co_resident_tma_ctas_pay_their_cu_iterations():
     sw = KernelSpec("wgrad", "workspace", "bf16", "bf16", pointwise=True, vec_c=8, vec_k=8, bm=64, bn=64, bk=64)
     tw = M.terms(p, sw, spec_geometry(p, sw, threads=128, ks_count=98), arch="sm_90", compute_units=132, occupancy=3)
     assert tw.resident == 3 and tw.as_dict()["main_iter_tma_three_ctas"] == 0.0
+
+
+def test_tma_grid_waves_beyond_the_first_are_priced():
+    """fill_tma_extra_waves (model 15) is a TMA grid's waves beyond the first: zero for a one-wave grid
+    and a persistent pool, and for the Triton kernels. With it the model ranks the 128x128 persistent
+    pool on UNet's 1280-channel 16 px layer (85 us on the H200, run F5) ahead of the one-CTA-per-unit
+    128x256 grid of 450 CTAs that model 14 took there (97 us, four waves)."""
+    from skwgrad.abi.launch import spec_geometry, tma_geometry
+
+    m = M.builtin("sm_90")
+    assert m.constants[M.TERMS.index("fill_tma_extra_waves")] > 0
+    p = parse_problem("n=8,c=1280,k=1280,h=16,w=16,y=3,x=3,padding=1")
+    wide = KernelSpec("wgrad_tma", "direct", "bf16", "bf16", vec_c=8, vec_k=8, bm=128, bn=256, bk=64, num_warps=8, num_stages=3, block=1)
+    pers = KernelSpec("wgrad_tma", "direct", "bf16", "bf16", vec_c=8, vec_k=8, bm=128, bn=128, bk=64, num_warps=8, num_stages=4, block=1, mode="persistent")
+    geo = tma_geometry(p, "direct", bm=128, bn=256, bk=64, taps_per_tile=1)
+    assert geo.grid == 450
+    t_wide = M.terms(p, wide, geo, arch="sm_90", compute_units=132, occupancy=1)
+    assert t_wide.as_dict()["fill_tma_extra_waves"] == 3.0
+    geo = tma_geometry(p, "direct", bm=128, bn=128, bk=64, taps_per_tile=1, pool=132)
+    t_pers = M.terms(p, pers, geo, arch="sm_90", compute_units=132, occupancy=1)
+    assert t_pers.as_dict()["fill_tma_extra_waves"] == 0.0
+    assert m.predict(t_pers) < m.predict(t_wide)  # model 14 ranked the 450-CTA grid first (87.8 against 88.2 us)
+    sw = KernelSpec("wgrad", "direct", "bf16", "bf16", vec_c=8, vec_k=8, bm=128, bn=128, bk=64, num_warps=8, num_stages=3)
+    tw = M.terms(p, sw, spec_geometry(p, sw, threads=256), arch="sm_90", compute_units=132, occupancy=1)
+    assert tw.as_dict()["fill_tma_extra_waves"] == 0.0
