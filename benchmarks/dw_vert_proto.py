@@ -48,7 +48,7 @@ from graph_timing import graph_time  # noqa: E402
 @triton.jit
 def dw_vert(x, dy, dw, N, G, Hi, Wi, Ho, Wo, pad_h, pad_w, rows_per_split,
             BC: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr, KY: tl.constexpr, KX: tl.constexpr,
-            VEC: tl.constexpr, UNROLL: tl.constexpr):  # fmt: skip
+            VEC: tl.constexpr, UNROLL: tl.constexpr, PREFETCH: tl.constexpr = False):  # fmt: skip
     SPAN: tl.constexpr = BW + KX - 1
     WB = tl.cdiv(Wo, BW)
     COLS = N * WB
@@ -94,19 +94,55 @@ def dw_vert(x, dy, dw, N, G, Hi, Wi, Ho, Wo, pad_h, pad_w, rows_per_split,
         acc = acc + (tl.zeros([BP, BC], dtype=tl.float32),)
     # UNROLL = KY: the window's rotation is register renaming, not moves (sm_90 SASS, 3x3 c16p32w4v4:
     # 1.92 instructions a product against 2.31, but 214 registers against 138)
-    for ho in tl.range(ho0, ho1, loop_unroll_factor=UNROLL):
-        h = ho - pad_h + (KY - 1)  # the one new x row
-        row_ok = (col_ok & ((h + zero_p) < Hi))[:, None]  # h >= 0: ho >= 0 and KY - 1 >= pad_h for the layers run here
+    # PREFETCH: the next row's x and dy vectors are loaded before this row's products, so a thread keeps
+    # two rows of loads in flight (session 28: at 1-2 CTAs an SM the 56 px layers read 1.9 TB/s, which
+    # is what ~6-12 KB in flight per SM gives at the H200's load latency)
+    if PREFETCH:
+        h = ho0 - pad_h + (KY - 1)
+        go = ((ho0 + zero_p) < ho1)[:, None]
+        row_ok = ((h + zero_p) < Hi)[:, None] & go
         base = x_pix0 + h * Wi
-        new = ()
+        nxt = ()
         for cw in tl.static_range(SPAN):
             p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
-            new = new + (tl.load(p, mask=xm[cw] & row_ok, other=0.0).to(tl.float32),)
-        dbase = dy_pix0 + ho * Wo
-        dv = ()
+            nxt = nxt + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
+        dbase = dy_pix0 + ho0 * Wo
         for j in tl.static_range(BW):
             p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
-            dv = dv + (tl.load(p, mask=dm[j], other=0.0).to(tl.float32),)
+            nxt = nxt + (tl.load(p, mask=dm[j] & go, other=0.0),)
+    for ho in tl.range(ho0, ho1, loop_unroll_factor=UNROLL):
+        if PREFETCH:
+            new = ()
+            for cw in tl.static_range(SPAN):
+                new = new + (nxt[cw].to(tl.float32),)
+            dv = ()
+            for j in tl.static_range(BW):
+                dv = dv + (nxt[SPAN + j].to(tl.float32),)
+            h = ho + 1 - pad_h + (KY - 1)
+            go = ((ho + 1 + zero_p) < ho1)[:, None]
+            row_ok = ((h + zero_p) < Hi)[:, None] & go
+            base = x_pix0 + h * Wi
+            nxt = ()
+            for cw in tl.static_range(SPAN):
+                p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+                nxt = nxt + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
+            dbase = dy_pix0 + (ho + 1) * Wo
+            for j in tl.static_range(BW):
+                p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
+                nxt = nxt + (tl.load(p, mask=dm[j] & go, other=0.0),)
+        else:
+            h = ho - pad_h + (KY - 1)  # the one new x row
+            row_ok = (col_ok & ((h + zero_p) < Hi))[:, None]  # h >= 0: ho >= 0 and KY - 1 >= pad_h for the layers run here
+            base = x_pix0 + h * Wi
+            new = ()
+            for cw in tl.static_range(SPAN):
+                p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+                new = new + (tl.load(p, mask=xm[cw] & row_ok, other=0.0).to(tl.float32),)
+            dbase = dy_pix0 + ho * Wo
+            dv = ()
+            for j in tl.static_range(BW):
+                p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
+                dv = dv + (tl.load(p, mask=dm[j], other=0.0).to(tl.float32),)
         nacc = ()
         for i in tl.static_range(KY):
             for kx in tl.static_range(KX):
@@ -137,11 +173,18 @@ CONFIGS = {
     "c16p64w2v8": (16, 64, 2, 8, 1),
     "c16p64w2v8u": (16, 64, 2, 8, 0),
     "c16p32w7v4": (16, 32, 7, 4, 1),
+    # session 28: the next row prefetched (6th field), and 16-byte vectors (VEC 8) for more bytes a load
+    "c16p32w2v4p": (16, 32, 2, 4, 1, True),
+    "c16p32w2v4up": (16, 32, 2, 4, 0, True),
+    "c32p32w2v8p": (32, 32, 2, 8, 1, True),
+    "c32p32w2v8": (32, 32, 2, 8, 1),
+    "c16p64w2v8p": (16, 64, 2, 8, 1, True),
 }
 
 
 def launch_fn(torch, x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
-    bc, bp, bw, vec, unroll = CONFIGS[cfg]
+    bc, bp, bw, vec, unroll, *rest = CONFIGS[cfg]
+    prefetch = bool(rest and rest[0])
     wb = math.ceil(p.wo / bw)
     tiles = math.ceil(p.g / bc) * math.ceil(p.n * wb / bp)
     splits = max(1, min(p.ho, math.ceil(splits_ctas_per_cu * cus / tiles)))
@@ -152,7 +195,7 @@ def launch_fn(torch, x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
     def fn():
         dw.zero_()
         dw_vert[grid](x, dy, dw, p.n, p.g, p.hi, p.wi, p.ho, p.wo, p.pad_lo[1], p.pad_lo[2], rows,
-                      BC=bc, BP=bp, BW=bw, KY=p.y, KX=p.x, VEC=vec, UNROLL=unroll or p.y, num_warps=4)  # fmt: skip
+                      BC=bc, BP=bp, BW=bw, KY=p.y, KX=p.x, VEC=vec, UNROLL=unroll or p.y, PREFETCH=prefetch, num_warps=4)  # fmt: skip
 
     return fn, {"grid": grid[0], "splits": splits, "rows_per_split": rows}
 

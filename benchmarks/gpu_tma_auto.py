@@ -80,7 +80,7 @@ def prev_model(arch: str, constants: dict):
 
 
 def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end_to_end_too=True, twins=(), top_old=1,
-            prev_no_fill_ceiling=False, prev_constants=None, extra=(), extra_n=3):  # fmt: skip
+            prev_no_fill_ceiling=False, prev_constants=None, extra=(), extra_n=3, each_kernel=False):  # fmt: skip
     from ab_timing import verify_and_time
 
     from skwgrad.launcher.baseline import cudnn_time
@@ -105,6 +105,12 @@ def run_row(p, name, backend, cache, occ, hold, *, top, rounds, iters, seed, end
         if best is not None and best not in tma:
             tma.append(best)
     trials = [c for sub in extra for c in [c for c in ranked_all if sub in c.kernel.label][:extra_n]]
+    if each_kernel:  # every cached kernel of the other families at its best-ranked launch (a tile table judged)
+        seen = {c.kernel.key for c in olds}
+        for c in ranked:
+            if c.spec.family != "wgrad_tma" and c.kernel.key not in seen:
+                seen.add(c.kernel.key)
+                olds.append(c)
     if twins:  # the same kernels and settings with deeper (or shallower) rings
         tma = tma + [t for c in tma for t in stage_twins(c, cache, arch, twins)]
     entrants = {"auto": auto}
@@ -242,6 +248,8 @@ def main():
     ap.add_argument("--extra", action="append", default=[],
                     help="also time the --extra-n best-ranked TMA launches whose kernel label holds this text")
     ap.add_argument("--extra-n", type=int, default=3)
+    ap.add_argument("--each-kernel", action="store_true", help="also time every cached kernel of the other families at its best-ranked launch")
+    ap.add_argument("--fp32", action="store_true", help="the fp32 rows (ieee or tf32; no TMA kernel applies) instead of the 16-bit ones")
     ap.add_argument("--stage-twins", default="", help="comma list of ring depths: time each TMA entrant's cached twins at them too")
     args = ap.parse_args()
     import torch
@@ -264,15 +272,15 @@ def main():
         with open(corpus) as f:
             for row in csv.DictReader(f):
                 p = from_row(row)
-                if p.is_depthwise or p.dtype == "fp32":
-                    continue  # dense and grouped 16-bit rows: where the TMA family can apply
+                if p.is_depthwise or (p.dtype == "fp32") != args.fp32:
+                    continue  # dense and grouped 16-bit rows: where the TMA family can apply (--fp32: the others)
                 t0 = time.time()
                 try:
                     res = run_row(p, row["name"], backend, cache, occ, hold, top=args.top, rounds=args.rounds, iters=args.iters, seed=args.seed,
                                   end_to_end_too=not args.no_end_to_end,
                                   twins=tuple(int(x) for x in args.stage_twins.split(",") if x), top_old=args.top_old,
                                   prev_no_fill_ceiling=args.prev_no_fill_ceiling, prev_constants=prev_constants,
-                                  extra=tuple(args.extra), extra_n=args.extra_n)
+                                  extra=tuple(args.extra), extra_n=args.extra_n, each_kernel=args.each_kernel)
                 except NoKernelError as e:
                     res = {"name": row["name"], "problem": p.describe(), "error": str(e)[:300]}
                 res["corpus"] = Path(corpus).name
