@@ -18,7 +18,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from skwgrad.abi.conv import parse_problem  # noqa: E402
-from skwgrad.abi.launch import STAGE2_BLOCK, launch_geometry  # noqa: E402
+from skwgrad.abi.launch import STAGE2_BLOCK, spec_geometry  # noqa: E402
 from skwgrad.aot.kernels import kernel_for  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
 from skwgrad.reference import relative_error, tolerance, wgrad_reference  # noqa: E402
@@ -51,11 +51,7 @@ def run(case):
     p = parse_problem(case["problem"])
     spec = KernelSpec(**case["spec"])
     spec.check_problem(p)
-    geo = launch_geometry(
-        p, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
-        pool=case.get("pool", 0), ks_count=case.get("ks_count", 1), flags_per_cta=spec.flags_per_cta(WAVE) or None,
-        groups_per_tile=spec.block if spec.family == "grouped" else 0,
-    )  # fmt: skip
+    geo = spec_geometry(p, spec, threads=WAVE * spec.num_warps, pool=case.get("pool", 0), ks_count=case.get("ks_count", 1))
     rng = np.random.default_rng(case.get("seed", 0))
     x64 = rng.standard_normal(p.x_shape)
     dy64 = rng.standard_normal(p.dy_shape)

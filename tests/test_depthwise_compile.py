@@ -24,7 +24,7 @@ from skwgrad.abi.spec import KernelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_kernels_compile import _build  # noqa: E402  (the same compile job, in a worker process)
-from skwgrad.aot.sweep import dwconv_specs, grouped_specs
+from skwgrad.aot.sweep import dwconv_specs, dwconv_walk_specs, grouped_specs
 from skwgrad.errors import AbiError, ProblemError
 
 ARCHES = ("gfx942", "gfx950", "sm_90")
@@ -67,6 +67,8 @@ def dw_specs():
         # the 3-wide filter's strips of 5 (the default's, for widths 7 does not divide)
         dws("workspace", "bf16", bc=32, taps=3, br=64, mode="win5r3"),
     ]
+    # the row-walk kernels (``dwconv_walk``) as the default builds them for sm_90 (32 strips) and AMD (64)
+    out += dwconv_walk_specs("default", "sm_90", "bf16") + dwconv_walk_specs("default", "gfx942", "fp16")
     return out
 
 
@@ -90,7 +92,7 @@ def built(request):
 def test_kernarg_layout_matches_the_declaration(built, spec, arch):
     binary, md = built[(spec, arch)]
     slots, size = spec.kernarg_decl.layout(md["kernarg"]["tail_pointers"])
-    assert md["kernarg"]["names"] == list(declaration("dwconv", spec.variant).names)
+    assert md["kernarg"]["names"] == list(declaration(spec.family, spec.variant).names)
     assert md["kernarg"]["tail_pointers"] == 2  # Triton's global and profile scratch pointers
     if arch == "sm_90":
         params = codeobject.ptx_params(md["_asm"]["ptx"], md["name"])

@@ -54,7 +54,7 @@ class FakeEntry:
 
 
 KERNEL_NAMES = {"wgrad": "wgrad_splitk", "wgrad_sk": "wgrad_streamk", "stage2": "stage2_reduce", "dwconv": "dwconv_wgrad", "grouped": "grouped_wgrad", "pad": "pad_rows",
-                "wgrad_tma": "wgrad_tma", "dwconv_tma": "dwconv_tma"}  # fmt: skip
+                "wgrad_tma": "wgrad_tma", "dwconv_tma": "dwconv_tma", "dwconv_walk": "dwconv_walk_wgrad"}  # fmt: skip
 
 
 def fake_tensor_maps(spec: KernelSpec) -> list[dict]:
@@ -567,7 +567,7 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
     if a["ks_count"] <= 0 or a["ks_iters"] <= 0:
         raise FakeFault("ks_count and ks_iters must be positive")
     numel = p.dw_numel
-    if spec.family in ("wgrad", "dwconv", "grouped") and spec.variant == "workspace":  # every split adds into one replica
+    if spec.family in ("wgrad", "dwconv", "grouped", "dwconv_walk") and spec.variant == "workspace":  # every split adds into one replica
         if a["ws_bytes"] < 4 * numel:
             raise FakeFault(f"ws_bytes {a['ws_bytes']} < {4 * numel}")
         cur = be.read_array(a["ws_ptr"], numel, "fp32").astype(np.float64)
@@ -575,8 +575,10 @@ def emulate(be: FakeBackend, spec: KernelSpec, a: dict, fn, grid=None) -> None:
             raise FakeFault("the workspace replica is not zero at launch: atomics would fold in stale sums")
         _store(be, a["ws_ptr"], _reference(be, p, a), "fp32")
         return
-    if spec.family in ("wgrad", "dwconv", "grouped"):  # split-K shaped: splits of ks_iters steps of BK rows
+    if spec.family in ("wgrad", "dwconv", "grouped", "dwconv_walk"):  # split-K shaped: splits of ks_iters steps of BK rows
         steps = -(-p.gemm_k // spec.bk)
+        if spec.family == "dwconv_walk":  # splits of ks_iters output rows
+            steps = p.ho
         if spec.family == "dwconv" and spec.mode.startswith("win"):  # steps of BK strips of BW output columns
             from skwgrad.abi.launch import dwconv_tiling
 

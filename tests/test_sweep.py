@@ -45,7 +45,9 @@ def test_smoke_has_every_family_mode_and_reduction_per_arch(arch):
     items = sweep("smoke", arches=[arch])
     assert {it.arch for it in items} == {arch}
     ss = specs(items)
-    assert 13 <= len(ss) <= 24, len(ss)  # small: CI compiles it
+    assert 13 <= len(ss) <= 25, len(ss)  # small: CI compiles it
+    # the row-walk depthwise kernel on every arch (plain Triton), its atomic epilogue
+    assert {(s.variant, s.dw_dtype) for s in ss if s.family == "dwconv_walk"} == {("atomic", "fp32")}
     # the TMA im2col family where the arch has it (sm_90), with a workspace and an atomic epilogue
     tma = {(s.variant, s.dw_dtype) for s in ss if s.family == "wgrad_tma"}
     assert tma == ({("workspace", "bf16"), ("atomic", "fp32")} if get_arch(arch).tma_im2col else set())
@@ -217,6 +219,10 @@ def default_rule(s: KernelSpec, arch: str) -> bool:
         measured = s.spatial_dims == 2 and s.vec_c == w  # the H200 bench's configuration (taps layout on 3x3/5x5)
         mode_ok = s.mode == ({16: "taps", 32: "taps", 64: ""}[s.bn] if measured else "")
         return shape_ok and s.variant in ("direct", split) and mode_ok
+    if s.family == "dwconv_walk":  # 16-bit inputs, the split epilogue its dW takes; 16 channels, a wave of strips of 2
+        split = "workspace" if s.dw_dtype == s.dtype else "atomic"
+        return (s.dtype != "fp32" and s.variant == split and (s.bm, s.bn, s.bk, s.block, s.vec_c, s.num_warps)
+                == (16, 3, get_arch(arch).wave_size, 2, 4, 4))  # fmt: skip
     if s.family == "wgrad_tma":  # sm_90, 16-bit inputs: the R2/R3-winning configurations, direct + one split epilogue
         from skwgrad.aot.sweep import TMA_CONFIGS, TMA_PERSISTENT
 
@@ -394,8 +400,8 @@ def test_dry_run_prints_counts_and_touches_nothing(tmp_path):
     for arch in ("gfx942", "gfx950"):
         line = next(ln for ln in r.output.splitlines() if ln.startswith(arch) and " bf16 " in ln)
         nums = [int(v) for v in line.split()[2:]]
-        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "dwconv_tma", "stage2", "pad")
-        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:8])]
+        fams = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "dwconv_tma", "dwconv_walk", "stage2", "pad")
+        assert nums == [*(c[(arch, "bf16", f)] for f in fams), sum(nums[:9])]
         assert nums[4] == nums[5] == 0 and all(n for i, n in enumerate(nums) if i not in (4, 5))  # no TMA on AMD
     assert not cache.exists()
 

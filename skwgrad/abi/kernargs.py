@@ -54,7 +54,7 @@ SK_SCALARS = (
 PAD_COPIES = 2
 PAD_COPY_SCALARS = ("rows", "width", "src_pitch", "dst_pitch", "group_rows", "src_group_rows", "scatter")
 
-FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma", "dwconv_tma")
+FAMILIES = ("wgrad", "wgrad_sk", "stage2", "dwconv", "grouped", "pad", "wgrad_tma", "dwconv_tma", "dwconv_walk")
 HELPER_FAMILIES = ("stage2", "pad")  # kernels that serve a main kernel's launch, never run a problem alone
 # Split-K epilogues: direct (ks_count = 1), atomic (fp32 dW), two_stage (a whole f32 replica per
 # split, summed in order: deterministic), workspace (atomics into one f32 replica that Stage-2
@@ -212,6 +212,10 @@ def declaration(family: str, variant: str, spatial_dims: int = 2) -> KernargDecl
         args = _tma_args(variant, spatial_dims)
     elif family == "dwconv_tma":
         args = _dwconv_tma_args(variant)
+    elif family == "dwconv_walk":
+        if variant not in DWCONV_WALK_VARIANTS:
+            raise AbiError(f"dwconv_walk epilogue {variant!r} is not one of {', '.join(DWCONV_WALK_VARIANTS)}")
+        args = _prefix(workspace=variant == "workspace")
     elif family == "pad":
         if variant != "rows":
             raise AbiError(f"pad variant {variant!r} is not 'rows'")
@@ -321,6 +325,10 @@ class Packer:
 # no long Stage-2 loop.
 DWCONV_VARIANTS = SPLITK_EPILOGUES
 GROUPED_VARIANTS = SPLITK_EPILOGUES
+# The row-walk depthwise kernels (``dwconv_walk``: skwgrad/aot/kernels/depthwise.py) take dwconv's
+# kernargs; every CTA adds a partial sum into each dW element of its channels (column groups x row
+# splits), so only the adding epilogues: atomic into an fp32 dW, workspace (one f32 replica + Stage-2).
+DWCONV_WALK_VARIANTS = ("atomic", "workspace")
 
 
 def _dwconv_args(variant: str, family: str = "dwconv") -> list[Arg]:

@@ -73,10 +73,11 @@ def launch_geometry(
     flags_per_cta: int | None = None,
     groups_per_tile: int = 0,
     taps_per_tile: int = 0,
+    strip_width: int = 0,
 ) -> LaunchGeometry:
     """Resolve one launch. ``pool`` is the stream-K CTA pool (already resolved from -1);
     ``ks_count`` the split-K degree (stream-K kernels pin it to 1); ``groups_per_tile`` /
-    ``taps_per_tile`` the spec's block of the grouped / wgrad_tma families."""
+    ``taps_per_tile`` / ``strip_width`` the spec's block of the grouped / wgrad_tma / dwconv_walk families."""
     kernargs.declaration(family, variant)  # known family/variant
     if family == "dwconv":
         return dwconv_geometry(problem, variant, bc=bm, taps=bn, br=bk, ks_count=ks_count, mode=mode)
@@ -90,6 +91,8 @@ def launch_geometry(
         return grouped_geometry(problem, variant, gb=groups_per_tile, bm=bm, bn=bn, bk=bk, ks_count=ks_count)
     if family == "dwconv_tma":
         return dwconv_tma_geometry(problem, variant, bc=bm, taps=bn, wt=bk, ks_count=ks_count)
+    if family == "dwconv_walk":
+        return dwconv_walk_geometry(problem, variant, bc=bm, bp=bk, bw=strip_width, ks_count=ks_count)
     tiling = problem.tiling(bm, bn, bk)
     if tiling.num_tiles > kernargs.I32_MAX or tiling.total_iters > kernargs.I32_MAX:
         raise ProblemError(f"{tiling.num_tiles} tiles x {tiling.iters_per_tile} iterations overflow the kernels' i32 counters")
@@ -337,6 +340,71 @@ def dwconv_geometry(problem: ConvProblem, variant: str, *, bc: int, taps: int, b
             raise ProblemError(f"workspace of {ws_bytes} bytes does not fit the i32 ws_bytes kernarg")
         scalars["ws_bytes"] = ws_bytes
     return LaunchGeometry(problem, "dwconv", variant, mode, tiling, grid, ks_count, ks_iters, None, ws, scalars)
+
+
+# -- row-walk depthwise family (``dwconv_walk``): channel blocks x column groups x row splits ------
+# A CTA owns BC channels and BP strips of BW output columns (a strip: one image's column block) and
+# walks down the output rows of its split, so each x row is loaded once per CTA and row (its KY - 1
+# predecessors stay in registers) where the window kernels reload it for every output row that
+# reads it. Tiles = ceil(G / BC) channel blocks x ceil(N * ceil(Wo / BW) / BP) column groups,
+# iterations = output rows; grid = tiles x ks_count, split-major. Each split re-reads the KY - 1 x
+# rows above its first output row.
+def dwconv_walk_tiling(problem: ConvProblem, bc: int, bp: int, bw: int) -> Tiling:
+    for name, v in (("BC", bc), ("BP", bp), ("BW", bw)):
+        if v <= 0:
+            raise ProblemError(f"dwconv_walk {name} must be positive, got {v}")
+    p = problem
+    tiles = math.ceil(p.g / bc) * math.ceil(p.n * math.ceil(p.wo / bw) / bp)
+    return Tiling(bm=bc, bn=p.y * p.x, bk=bp, m_tiles_per_group=1, m_tiles=tiles, n_tiles=1, num_tiles=tiles,
+                  iters_per_tile=p.ho)  # fmt: skip
+
+
+def dwconv_walk_ks_count(problem: ConvProblem, *, bc: int, bp: int, bw: int, compute_units: int,
+                         ctas_per_cu: float | None = None) -> int:  # fmt: skip
+    """The row splits. With ``ctas_per_cu`` (the search's override): ``ctas_per_cu * compute_units``
+    CTAs over the tiles, clamped to [1, Ho]. Else the degree of least busiest-SM work: the CTAs an
+    SM runs, ceil(tiles * ks / compute_units), times the rows each walks, ceil(Ho / ks) plus the
+    KY - 1 rows its window starts with (the CTAs of one SM share its load and issue throughput,
+    resident or not); fewer splits on a tie (fewer partial sums). H200 run G1 (session 28): the
+    degree this rule takes was the faster of the two timed on 7 of 7 layers at 55-112 px."""
+    if compute_units <= 0:
+        raise ProblemError(f"dwconv_walk_ks_count needs compute_units > 0, got {compute_units}")
+    t = dwconv_walk_tiling(problem, bc, bp, bw)
+    rows = t.iters_per_tile
+    if ctas_per_cu is not None:
+        return max(1, min(math.ceil(ctas_per_cu * compute_units / t.num_tiles), rows))
+    best = None
+    for ks in range(1, rows + 1):
+        per = math.ceil(rows / ks)
+        if math.ceil(rows / per) != ks:
+            continue  # the same launch as a smaller degree (empty splits dropped)
+        work = math.ceil(t.num_tiles * ks / compute_units) * (per + problem.y - 1)
+        if best is None or work < best[0]:
+            best = (work, ks)
+    return best[1]
+
+
+def dwconv_walk_geometry(problem: ConvProblem, variant: str, *, bc: int, bp: int, bw: int, ks_count: int) -> LaunchGeometry:
+    kernargs.declaration("dwconv_walk", variant)
+    p = problem
+    if (p.c, p.k) != (1, 1) or p.spatial_dims != 2:
+        raise ProblemError(f"dwconv_walk is 2-D depthwise (C = K = 1 per group); the problem has C = {p.c}, K = {p.k}, {p.spatial_dims}-D")
+    tiling = dwconv_walk_tiling(p, bc, bp, bw)
+    rows = tiling.iters_per_tile
+    if not 1 <= ks_count <= rows:
+        raise ProblemError(f"ks_count must be in [1, {rows}] (the output rows), got {ks_count}")
+    ks_iters = math.ceil(rows / ks_count)
+    ks_count = math.ceil(rows / ks_iters)  # drop splits past the last non-empty one
+    grid = tiling.num_tiles * ks_count
+    if grid > kernargs.I32_MAX or p.n * p.hi * p.wi * p.g > kernargs.I32_MAX:
+        raise ProblemError(f"grid of {grid} CTAs or x of {p.n * p.hi * p.wi * p.g} elements overflows the kernel's i32 offsets")
+    ws = dataclasses.replace(workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count), family="dwconv_walk")
+    scalars = dict(kernargs.problem_scalars(p))
+    scalars["ks_iters"] = ks_iters
+    scalars["ks_count"] = ks_count
+    if variant == "workspace":
+        scalars["ws_bytes"] = ws.region("replicas").nbytes
+    return LaunchGeometry(p, "dwconv_walk", variant, "", tiling, grid, ks_count, ks_iters, None, ws, scalars)
 
 
 # -- packed-group family (``grouped``): GB groups per tile, block-diagonal ------------------------
@@ -619,5 +687,6 @@ def spec_geometry(problem: ConvProblem, spec, *, threads: int = 0, **setting) ->
         problem, spec.family, spec.variant, bm=spec.bm, bn=spec.bn, bk=spec.bk, mode=spec.mode,
         flags_per_cta=(spec.flags_per_cta(wave) or None) if wave else None,
         groups_per_tile=spec.block if spec.family == "grouped" else 0,
-        taps_per_tile=spec.block if spec.family == "wgrad_tma" else 0, **setting,
+        taps_per_tile=spec.block if spec.family == "wgrad_tma" else 0,
+        strip_width=spec.block if spec.family == "dwconv_walk" else 0, **setting,
     )  # fmt: skip

@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 
 from skwgrad.abi.conv import DTYPE_BYTES, DTYPES, PRECISIONS, ConvProblem
-from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
+from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, DWCONV_WALK_VARIANTS, FAMILIES, HELPER_FAMILIES, SK_REDUCTIONS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.streamk import MODES
 from skwgrad.errors import AbiError
 
@@ -45,7 +45,7 @@ def dw_zeroed_before_launch(variant: str) -> bool:
 
 @dataclass(frozen=True, order=True)
 class KernelSpec:
-    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma" | "dwconv_tma"
+    family: str  # "wgrad" | "wgrad_sk" | "stage2" | "dwconv" | "grouped" | "pad" | "wgrad_tma" | "dwconv_tma" | "dwconv_walk"
     variant: str  # wgrad, grouped, dwconv: direct|atomic|two_stage|workspace; wgrad_sk: linear|tree|atomic|workspace; stage2: reduce; pad: rows; wgrad_tma: direct|atomic|workspace; dwconv_tma: atomic|workspace
     dtype: str  # input dtype (x, dy); for stage2 and pad the element dtype, equal to dw_dtype
     dw_dtype: str
@@ -101,6 +101,8 @@ class KernelSpec:
             return self._validate_tma(bad)
         if self.family == "dwconv_tma":
             return self._validate_dwconv_tma(bad)
+        if self.family == "dwconv_walk":
+            return self._validate_dwconv_walk(bad)
         if self.block and self.family != "grouped":
             raise bad("only stage2 kernels have a block size")
         if self.family == "grouped" and (self.block < 1 or self.block & (self.block - 1) or self.pointwise):
@@ -143,6 +145,10 @@ class KernelSpec:
             return f"{self.family}_{self.dw_dtype}_b{self.block}_w{self.num_warps}"
         if self.family == "dwconv":
             return self._label_dwconv()
+        if self.family == "dwconv_walk":
+            dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
+            return (f"dwconv_walk_{dt}_2d_v{self.vec_c}_f{self.bn}_c{self.bm}p{self.bk}b{self.block}"
+                    f"_w{self.num_warps}s{self.num_stages}_{self.variant}")  # fmt: skip
         if self.family == "dwconv_tma":
             dt = self.dtype + (f"_dw{self.dw_dtype}" if self.dw_dtype != self.dtype else "")
             return f"dwconv_tma_{dt}_2d_v{self.vec_c}_c{self.bm}x{self.bn}w{self.bk}_w{self.num_warps}s{self.num_stages}_{self.variant}"
@@ -222,6 +228,8 @@ class KernelSpec:
             return self._check_problem_tma(p)
         if self.family == "dwconv_tma":
             return self._check_problem_dwconv_tma(p)
+        if self.family == "dwconv_walk":
+            return self._check_problem_dwconv_walk(p)
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -413,6 +421,51 @@ class KernelSpec:
         why = tma_unsupported(p)
         if why:
             raise AbiError(f"{self.label}: {why}")
+
+    # -- row-walk depthwise family (``dwconv_walk``) ------------------------------------------------
+    # bm = BC channels per CTA, bn = the square filter's size (KY = KX, compile-time: the window of
+    # KY - 1 x rows lives in registers), bk = BP strips per CTA, block = BW output columns per strip,
+    # vec_c = vec_k = the channels a thread loads at once. A CTA owns BC channels x BP strips (image,
+    # column block) and walks down a range of output rows (its split). 2-D, stride and dilation 1.
+    def _validate_dwconv_walk(self, bad):
+        if self.variant not in DWCONV_WALK_VARIANTS:
+            raise bad(f"dwconv_walk epilogue must be one of {', '.join(DWCONV_WALK_VARIANTS)}")
+        if (self.variant == "atomic") != (self.dw_dtype == "fp32") or self.dw_dtype not in (self.dtype, "fp32"):
+            raise bad("dwconv_walk: atomic adds into an fp32 dW; workspace serves a dW in the input dtype")
+        if self.spatial_dims != 2 or self.pointwise or self.mode or self.max_regs:
+            raise bad("dwconv_walk is 2-D, with no pointwise addressing, mode or register cap")
+        if (self.dtype == "fp32") != (self.precision == "ieee") or (self.dtype != "fp32" and self.precision):
+            raise bad("fp32 input takes precision 'ieee' (dwconv_walk accumulates fp32 FMAs); other dtypes none")
+        widest = 16 // DTYPE_BYTES[self.dtype]
+        v = self.vec_c
+        if v <= 0 or v & (v - 1) or v > widest or self.vec_k != v:
+            raise bad(f"vec_c = vec_k is the channel vector width, a power of two <= {widest} (16-byte loads)")
+        if not 1 <= self.bn <= 7:
+            raise bad("dwconv_walk: bn (the square filter's size) is 1..7")
+        if not 1 <= self.block <= 8:
+            raise bad("dwconv_walk: block (output columns per strip) is 1..8")
+        for name, lo, hi in (("bm", v, 256), ("bk", 1, 256)):
+            x = getattr(self, name)
+            if x < lo or x > hi or x & (x - 1):
+                raise bad(f"{name} must be a power of two in [{lo}, {hi}]")
+        if self.num_warps not in (1, 2, 4, 8) or self.num_stages < 1:
+            raise bad("num_warps is 1, 2, 4 or 8 and num_stages >= 1")
+
+    def _check_problem_dwconv_walk(self, p: ConvProblem) -> None:
+        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
+            raise AbiError(
+                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
+                f"the problem has {p.dtype} / {p.dw_dtype}"
+            )
+        if p.spatial_dims != 2 or (p.c, p.k) != (1, 1):
+            raise AbiError(f"{self.label} is a 2-D depthwise kernel; the problem is {p.spatial_dims}-D with C = {p.c}, K = {p.k} per group")
+        if (p.y, p.x) != (self.bn, self.bn) or p.stride[1:] != (1, 1) or p.dilation[1:] != (1, 1):
+            raise AbiError(
+                f"{self.label} is for {self.bn}x{self.bn} filters at stride and dilation 1; the problem has "
+                f"{p.y}x{p.x}, stride {p.stride[1:]}, dilation {p.dilation[1:]}"
+            )
+        if p.g % self.vec_c:
+            raise AbiError(f"{self.label} loads {self.vec_c} channels at a time; G = {p.g} channels is not a multiple of {self.vec_c}")
 
     # -- TMA depthwise family (``dwconv_tma``, sm_90) -----------------------------------------------
     # bm = BC channels per CTA, bn = the filter's width and height (3 or 5, square), bk = WT output

@@ -518,6 +518,7 @@ register_family("dwconv", lambda ctx: dwconv_specs(ctx.preset, ctx.arch, ctx.dty
 register_family("grouped", lambda ctx: grouped_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("wgrad_tma", lambda ctx: tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 register_family("dwconv_tma", lambda ctx: dwconv_tma_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
+register_family("dwconv_walk", lambda ctx: dwconv_walk_specs(ctx.preset, ctx.arch, ctx.dtype, ctx.tiles))
 
 
 def _needs_stage2(spec: KernelSpec) -> bool:
@@ -1040,4 +1041,28 @@ def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Ker
         for k, bc, wt, warps, stages in DWCONV_TMA_CONFIGS
         if preset in ("broad", "full") or k in DWCONV_TMA_FILTER_WIDTHS
         for dw in dw_dtypes(dtype)
+    ]
+
+
+# -- row-walk depthwise family (``dwconv_walk``) ------------------------------------------------------
+# 16 channels x one strip of 2 output columns a thread, 4 channels a load: 4 warps hold 16 channels x a
+# wave's worth of strips (32 on sm_90, 64 on wave64 AMD), one channel vector a thread. The H200
+# prototype's fastest (benchmarks/dw_vert_proto.py, runs F2, F3, G1): 4 channels a load beat 8 (2x the
+# registers: 0.58-0.86x), strips of 2 beat 4 and 7. 3x3 filters only (DWCONV_WALK_FILTERS in selection):
+# the 5x5 window spills.
+DWCONV_WALK_CONFIG = dict(bm=16, bn=3, block=2, vec=4, num_warps=4, num_stages=3)
+
+
+def dwconv_walk_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[KernelSpec]:
+    """The row-walk depthwise kernels of a preset for one arch and dtype: 16-bit inputs, the atomic
+    epilogue for an fp32 dW and workspace for a 16-bit one (smoke: the atomic one only); none with
+    ``--tiles``."""
+    if tiles or dtype == "fp32":
+        return []
+    c = DWCONV_WALK_CONFIG
+    dws = ("fp32",) if preset == "smoke" else dw_dtypes(dtype)
+    return [
+        KernelSpec("dwconv_walk", "workspace" if dw == dtype else "atomic", dtype, dw, vec_c=c["vec"], vec_k=c["vec"], bm=c["bm"],
+                   bn=c["bn"], bk=ARCHES[arch].wave_size, block=c["block"], num_warps=c["num_warps"], num_stages=c["num_stages"])  # fmt: skip
+        for dw in dws
     ]

@@ -41,7 +41,7 @@ from skwgrad.errors import AbiError, CacheError, DamagedEntryError, ProblemError
 from skwgrad.launcher.interop import stream_int
 from skwgrad.launcher.workspace import CaptureWorkspace, arenas, capture_refused
 
-MAIN_FAMILIES = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "dwconv_tma")  # what computes dW (stage2 only reduces)
+MAIN_FAMILIES = ("wgrad", "wgrad_sk", "dwconv", "grouped", "wgrad_tma", "dwconv_tma", "dwconv_walk")  # what computes dW (stage2 only reduces)
 _DUMMY_PTR = 0x100  # placeholder in the template; every pointer is patched before the first launch
 _MIN_WS = 256  # a kernel whose flag/partial pointers are unused (all-DP) still gets a valid buffer
 

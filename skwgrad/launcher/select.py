@@ -37,7 +37,7 @@ from skwgrad.abi.costmodel import MODELLED_FAMILIES, CostModel, builtin, fit, of
 from skwgrad.abi.costmodel import terms as cost_terms
 from skwgrad.abi.arch import ARCHES
 from skwgrad.abi.padding import channel_padding, pad_spec, padding_if_possible
-from skwgrad.abi.launch import DWCONV_TMA_FILTER_WIDTHS, STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling, dwconv_tma_ks_count, dwconv_tma_tiling, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
+from skwgrad.abi.launch import DWCONV_TMA_FILTER_WIDTHS, STAGE2_BLOCK, dwconv_ks_count, dwconv_tiling, dwconv_tma_ks_count, dwconv_tma_tiling, dwconv_walk_ks_count, grouped_ks_count, grouped_packed, spec_geometry, takes_pool, tma_tiling, tma_unsupported
 from skwgrad.abi.streamk import MODES, WAITING_REDUCTIONS
 from skwgrad.errors import CacheError, ProblemError, SkwgradError
 from skwgrad.launcher.options import LaunchOptions
@@ -238,6 +238,8 @@ def _family_ks(problem: ConvProblem, s, cus: int, resident: int | None = None, t
     by; ``threads``: its threads per CTA (the window rule's cost of a step per channel)."""
     if s.family == "dwconv":
         return dwconv_ks_count(problem, bc=s.bm, br=s.bk, compute_units=cus, mode=s.mode, resident=resident, threads=threads)
+    if s.family == "dwconv_walk":
+        return dwconv_walk_ks_count(problem, bc=s.bm, bp=s.bk, bw=s.block, compute_units=cus)
     return grouped_ks_count(problem, gb=s.block, bm=s.bm, bn=s.bn, bk=s.bk, compute_units=cus)
 
 
@@ -646,6 +648,40 @@ def _dwconv_tma_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int
     return sorted({max(1, min(math.ceil(c * cus / t.num_tiles), t.iters_per_tile)) for c in (1, 2, 4)})
 
 
+# Depthwise 2-D layers of at least this many output rows, square filters of DWCONV_WALK_FILTERS at
+# stride and dilation 1, take the row-walk kernels (``dwconv_walk``) where cached. H200, the prototype
+# (benchmarks/dw_vert_proto.py; RESULTS.md sessions 27-28): without its prefetch 1.13-1.23x the product's
+# launch at 55-56 px and 0.92x geomean under 48 px (runs F2/F3); with it (run G1) 1.155x over 7 layers of
+# 55-112 px, faster on 6. On large planes the window kernels are L2-bound (run B8); on small ones a
+# CTA's few rows leave its fixed cost (the KY - 1 rows its window starts with, its epilogue) unpaid.
+DWCONV_WALK_MIN_ROWS = 48
+DWCONV_WALK_FILTERS = (3,)
+
+
+def _dwconv_walk_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
+    """A 2-D depthwise problem of DWCONV_WALK_MIN_ROWS+ output rows and a DWCONV_WALK_FILTERS square
+    filter at stride and dilation 1 on a cached ``dwconv_walk`` kernel that admits it (atomic for an
+    fp32 dW, workspace with Stage-2 for a 16-bit one), at the family's split rule; None otherwise
+    (deterministic runs too: its adds are atomic)."""
+    if o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
+        return None
+    if problem.ho < DWCONV_WALK_MIN_ROWS or problem.y not in DWCONV_WALK_FILTERS:
+        return None
+    for k in sorted(candidates(cache, arch, problem, family="dwconv_walk", exclude=exclude), key=lambda k: k.label):
+        if not o.allows(k.spec.variant) or (k.spec.variant == "workspace" and stage2 is None):
+            continue
+        n = _family_ks(problem, k.spec, cus)
+        return Choice(k, ks_count=n, stage2=stage2 if k.spec.variant == "workspace" else None, reason=f"dwconv_walk ks_count={n}")
+    return None
+
+
+def _dwconv_walk_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int]:
+    """Split degrees the search times for a dwconv_walk kernel: the rule's and 1, 2, 4 CTAs per CU."""
+    s = k.spec
+    return sorted({_family_ks(problem, s, cus), *(dwconv_walk_ks_count(problem, bc=s.bm, bp=s.bk, bw=s.block, compute_units=cus,
+                                                                        ctas_per_cu=c) for c in (1, 2, 4))})  # fmt: skip
+
+
 def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude, occupancy=None) -> Choice | None:
     """Depthwise problems (C = K = 1 per group) on the ``dwconv`` kernels, few channels per group
     on the packed-group ``grouped`` kernels, when cached; None sends the problem to the dense
@@ -658,6 +694,9 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
         return None
     if (problem.c, problem.k) != (1, 1):
         return None
+    walk = _dwconv_walk_choice(problem, cache, arch, cus, o, stage2, exclude)
+    if walk is not None:
+        return walk
     tma = _dwconv_tma_choice(problem, cache, arch, cus, o, stage2, exclude)
     window = _dwconv_window_choice(problem, cache, arch, cus, o, stage2, exclude, occupancy)
     if window is None or tma is None:
@@ -824,7 +863,7 @@ def all_choices(
     if streamk in ("all", "auto", "off") and tile is None and streamk_ctas == -1:
         stage2 = find_stage2(cache, arch, problem.dw_dtype)
         pick = _special_family_choice(problem, cache, arch, cus, LaunchOptions(), stage2, frozenset(), occupancy)
-        for k in candidates(cache, arch, problem, family="dwconv") + candidates(cache, arch, problem, family="dwconv_tma"):
+        for k in [k for fam in ("dwconv", "dwconv_tma", "dwconv_walk") for k in candidates(cache, arch, problem, family=fam)]:
             s = k.spec
             if reductions and s.variant not in reductions:
                 continue
@@ -832,7 +871,8 @@ def all_choices(
                 continue
             st2 = stage2 if s.variant in ("two_stage", "workspace") else None
             lead = pick is not None and k.key == pick.kernel.key
-            degrees = _dwconv_tma_search_ks(problem, k, cus) if s.family == "dwconv_tma" else _dwconv_search_ks(problem, k, cus)
+            search = {"dwconv_tma": _dwconv_tma_search_ks, "dwconv_walk": _dwconv_walk_search_ks}.get(s.family, _dwconv_search_ks)
+            degrees = search(problem, k, cus)
             for n in degrees:
                 if lead and n == pick.ks_count:
                     continue

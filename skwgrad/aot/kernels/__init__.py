@@ -4,7 +4,7 @@ Triton signature is generated from it (``skwgrad.aot.compile``)."""
 
 from __future__ import annotations
 
-from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
+from skwgrad.abi.kernargs import DWCONV_TMA_VARIANTS, DWCONV_WALK_VARIANTS, GROUPED_VARIANTS, SPLITK_EPILOGUES, TMA_VARIANTS, declaration
 from skwgrad.abi.identity import source_hash  # noqa: F401  (re-exported: the cache key's source part)
 from skwgrad.aot.kernels import depthwise, dwconv_tma, grouped, pad, stage2, tma, wgrad
 
@@ -20,6 +20,7 @@ _KERNELS = {
     **{("grouped", v): grouped.grouped_wgrad for v in GROUPED_VARIANTS},
     **{("wgrad_tma", v): tma.wgrad_tma for v in TMA_VARIANTS},
     **{("dwconv_tma", v): dwconv_tma.dwconv_tma for v in DWCONV_TMA_VARIANTS},
+    **{("dwconv_walk", v): depthwise.dwconv_walk_wgrad for v in DWCONV_WALK_VARIANTS},
 }
 
 
@@ -49,6 +50,8 @@ def kernel_for(spec, target):
         consts = pad.constexprs(spec)
     elif spec.family == "dwconv":
         consts = depthwise.constexprs(spec, target)
+    elif spec.family == "dwconv_walk":
+        consts = depthwise.walk_constexprs(spec, target)
     elif spec.family == "grouped":
         consts = grouped.constexprs(spec, target)
     elif spec.family == "wgrad_tma":

@@ -47,6 +47,15 @@ share rows in L2). At ~2.5 instructions per product the H200's issue rate (132 S
 1.98 GHz) gives MobileNetV2 dw3x3 144ch N=32 56x56 (130 M products) ~10 us, under its 13.4 us
 memory roofline; ConvNeXt dw7x7 384ch N=32 14x14 (118 M products) ~8 us (roofline 2.2 us).
 
+Row-walk kernels (family ``dwconv_walk``, ``dwconv_walk_wgrad``; 2-D, square filters at stride and
+dilation 1): a CTA owns BC channels x BP strips of BW output columns and walks *down* the output rows
+of its split. The x rows a row's taps read are a sliding window of KS rows, so per output row a thread
+loads one new x row (BW + KS - 1 vectors) and its BW dy vectors, the KS - 1 older rows staying in
+registers: each x vector is loaded once per CTA, where the window kernels load it again for every
+output row that reads it (at 3x3 ~2.3 times, L2-bound on large planes: H200 run B8, 92% L2 throughput).
+The next row's loads are issued before this row's products. sm_90 bf16 (BC 16, BP 32, BW 2, 4 warps):
+152 registers, no local memory; gfx942/gfx950 (BP 64): 154/156 VGPRs, no scratch.
+
 Addressing follows ``wgrad``: a row's x offset and a tap's offset add; each spatial bounds check
 is one unsigned compare of ``row_base + tap`` (a negative index wraps to a huge one); rows past
 the range and padding taps get a coordinate of OUTSIDE so the w check masks them; rows are
@@ -463,5 +472,136 @@ def constexprs(spec, target) -> dict:
         # a quarter of a CU's (H200 runs D1/D2: 32 and 8 KiB ran within 1% of 16 on 43 layers)
         "WIN_EPI_SMEM": min(16384, target.lds_bytes_per_cu // 4),
         # the launcher starts an atomic launch while dW's memset runs (abi.arch.dependent_launch)
+        "GDC_WAIT": target.dependent_launch and dw_zeroed_before_launch(spec.variant),
+    }
+
+
+@triton.jit
+def dwconv_walk_wgrad(
+    dy, x, dw,
+    N, G, C, K, Di, Hi, Wi, Z, Y, X, Do, Ho, Wo,
+    stride_d, stride_h, stride_w, pad_d, pad_h, pad_w, dil_d, dil_h, dil_w,
+    ws_ptr, ws_bytes, ks_iters, ks_count,
+    BC: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr, KS: tl.constexpr, VEC: tl.constexpr,
+    VARIANT: tl.constexpr, EPI_SMEM: tl.constexpr, GDC_WAIT: tl.constexpr,
+):  # fmt: skip
+    """The row-walk kernel (``dwconv_walk``; 2-D, a KS x KS filter at stride and dilation 1): a CTA
+    owns BC channels and BP strips of BW output columns (a strip: one image's column block; thread
+    = one channel vector of one strip) and walks down output rows [split * ks_iters, + ks_iters).
+    The x rows a row's taps read are a sliding window of KS rows: the KS - 1 older ones stay in
+    registers (converted to fp32 once), so per output row a thread loads one new x row of its
+    strip's SPAN = BW + KS - 1 columns and its BW dy vectors, and makes BW * KS * KS products per
+    channel. The next row's vectors are loaded before this row's products (two rows of loads in
+    flight a thread: at one or two CTAs an SM the loop is latency-bound without it), and the loop
+    is unrolled KS times so the window's rotation is register renaming, not moves. Epilogue: the
+    window kernels' (``_epi_group``), every tap of the CTA summed over its strips and added into
+    dW (atomic) or the f32 replica (workspace)."""
+    SPAN: tl.constexpr = BW + KS - 1
+    WB = tl.cdiv(Wo, BW)
+    cblocks = tl.cdiv(G, BC)
+    colgroups = tl.cdiv(N * WB, BP)
+    pid = tl.program_id(0)
+    cb = pid % cblocks
+    rest = pid // cblocks
+    cg = rest % colgroups
+    split = rest // colgroups
+    ho0 = split * ks_iters
+    ho1 = tl.minimum(ho0 + ks_iters, Ho)
+    offs_c = cb * BC + tl.arange(0, BC)
+    c_ok = tl.max_constancy(offs_c < G, VEC)
+    ch = tl.max_contiguous(tl.multiple_of(offs_c % G, VEC), VEC)
+    col = cg * BP + tl.arange(0, BP)
+    col_ok = col < N * WB
+    zero_p = tl.zeros([BP], dtype=tl.int32)
+    wo0 = (col % WB) * BW
+    w0 = wo0 - pad_w
+    # per strip: the pixel of (image, row 0, first window column) in x and dy, and the column masks, once
+    x_pix0 = (col // WB) * Hi * Wi + w0
+    dy_pix0 = (col // WB) * Ho * Wo + wo0
+    xm = ()
+    for cw in tl.static_range(SPAN):
+        xm = xm + ((col_ok & ((w0 + cw).to(tl.uint32) < Wi))[:, None] & c_ok[None, :],)
+    dm = ()
+    for j in tl.static_range(BW):
+        dm = dm + ((col_ok & (wo0 + j < Wo))[:, None] & c_ok[None, :],)
+    # the window: the KS - 1 x rows above the new one of output row ho0 (rows outside x load 0)
+    win = ()
+    for i in tl.static_range(KS - 1):
+        h = ho0 - pad_h + i
+        row_ok = ((h + zero_p).to(tl.uint32) < Hi)[:, None]
+        base = x_pix0 + h * Wi
+        for cw in tl.static_range(SPAN):
+            p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+            win = win + (tl.load(p, mask=xm[cw] & row_ok, other=0.0).to(tl.float32),)
+    # row ho0's new x row and dy vectors (raw), then each iteration loads the next row's
+    h = ho0 - pad_h + (KS - 1)
+    go = ((ho0 + zero_p) < ho1)[:, None]
+    row_ok = ((h + zero_p).to(tl.uint32) < Hi)[:, None] & go
+    base = x_pix0 + h * Wi
+    nxt = ()
+    for cw in tl.static_range(SPAN):
+        p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+        nxt = nxt + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
+    dbase = dy_pix0 + ho0 * Wo
+    for j in tl.static_range(BW):
+        p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
+        nxt = nxt + (tl.load(p, mask=dm[j] & go, other=0.0),)
+    acc = ()
+    for t in tl.static_range(KS * KS):
+        acc = acc + (tl.zeros([BP, BC], dtype=tl.float32),)
+    for ho in tl.range(ho0, ho1, loop_unroll_factor=KS):
+        new = ()
+        for cw in tl.static_range(SPAN):
+            new = new + (nxt[cw].to(tl.float32),)
+        dv = ()
+        for j in tl.static_range(BW):
+            dv = dv + (nxt[SPAN + j].to(tl.float32),)
+        h = ho + 1 - pad_h + (KS - 1)
+        go = ((ho + 1 + zero_p) < ho1)[:, None]
+        row_ok = ((h + zero_p).to(tl.uint32) < Hi)[:, None] & go
+        base = x_pix0 + h * Wi
+        nxt = ()
+        for cw in tl.static_range(SPAN):
+            p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+            nxt = nxt + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
+        dbase = dy_pix0 + (ho + 1) * Wo
+        for j in tl.static_range(BW):
+            p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
+            nxt = nxt + (tl.load(p, mask=dm[j] & go, other=0.0),)
+        # tap (ky, kx) of output column j reads window row ky, column j + kx (row KS - 1: the new one)
+        nacc = ()
+        for ky in tl.static_range(KS):
+            for kx in tl.static_range(KS):
+                a = acc[ky * KS + kx]
+                for j in tl.static_range(BW):
+                    if ky < KS - 1:
+                        a = a + dv[j] * win[ky * SPAN + j + kx]
+                    else:
+                        a = a + dv[j] * new[j + kx]
+                nacc = nacc + (a,)
+        acc = nacc
+        nwin = ()
+        for q in tl.static_range(SPAN, (KS - 1) * SPAN):
+            nwin = nwin + (win[q],)
+        win = nwin + new
+    NT: tl.constexpr = KS * KS
+    for gi in tl.static_range(_epi_groups(NT, BP, BC, EPI_SMEM)):
+        _epi_group(
+            acc, _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 0), _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 1),
+            _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 2), dw, ws_ptr, split, G, NT, KS, 0, offs_c, c_ok,
+            BP, BC, KS, VARIANT, GDC_WAIT,
+        )  # fmt: skip
+
+
+def walk_constexprs(spec, target) -> dict:
+    """``KernelSpec`` fields of the dwconv_walk family: bm = BC, bk = BP, block = BW, bn = KS."""
+    return {
+        "BC": spec.bm,
+        "BP": spec.bk,
+        "BW": spec.block,
+        "KS": spec.bn,
+        "VEC": spec.vec_c,
+        "VARIANT": spec.variant,
+        "EPI_SMEM": min(16384, target.lds_bytes_per_cu // 4),
         "GDC_WAIT": target.dependent_launch and dw_zeroed_before_launch(spec.variant),
     }
