@@ -1,14 +1,15 @@
-"""The row-walk depthwise kernels (``dwconv_walk``) against what auto took before them, in one pass.
+"""The row-walk depthwise kernels (``dwconv_walk``) against the launch auto takes without them, in one pass.
 
-    python benchmarks/gpu_dwconv_walk_ab.py --cache CACHE --corpus SHAPES.csv --out ab.json
+    python benchmarks/gpu_dwconv_walk_ab.py --cache CACHE --corpus SHAPES.csv --out ab.json [--end-to-end]
 
 Per depthwise row (the timing and verification of ``gpu_fused_ab.run_row``: every launch verified
 against float64 with dW and the workspace poisoned, medians of event-timed launches in interleaved
-rounds, cuDNN beside): ``auto``, and ``before``: the depthwise choice with the dwconv_walk kernels
-left out (what auto ran before the family). Where auto takes the walk kernel, ``walk_alt`` times
-it at the search's split degree nearest the rule's (a check of the split rule); where a walk
-kernel admits the layer but the rule (select.DWCONV_WALK_MIN_ROWS) leaves it out, ``walk`` times
-it beside (the rule's other side).
+rounds, cuDNN beside): ``auto``; ``before``, the depthwise choice with the dwconv_walk kernels left
+out (auto without the family); and, where a walk kernel admits the layer, ``walk`` at the family's
+split rule (the same launch as auto where auto takes it) and ``walk_alt`` at the search's degree
+nearest the rule's (a check of the split rule). The summary splits the rows at PROPOSED_MIN_ROWS
+output rows, the threshold of benchmarks/proposals/dwconv_walk_auto.diff (the rule that would have
+auto take the family): the speedup of the walk kernel over ``before`` on each side.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ for p in (ROOT, ROOT / "benchmarks"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+PROPOSED_MIN_ROWS = 48
+
 
 def entrants(p, cache, arch, cus, occ):
     from skwgrad.launcher.options import LaunchOptions
@@ -34,17 +37,16 @@ def entrants(p, cache, arch, cus, occ):
     before = _special_family_choice(p, cache, arch, cus, LaunchOptions(), stage2, walk_keys, occ)
     if before is not None:
         out["before"] = before
-    if auto.spec.family == "dwconv_walk":
-        others = [n for n in _dwconv_walk_search_ks(p, auto.kernel, cus) if n != auto.ks_count]
-        if others:
-            n = min(others, key=lambda n: abs(n - auto.ks_count))
-            out["walk_alt"] = Choice(auto.kernel, ks_count=n, stage2=auto.stage2, reason="the rule's neighbour")
-        return out
     for k in sorted(candidates(cache, arch, p, family="dwconv_walk"), key=lambda k: k.label):
         if k.spec.variant == "workspace" and stage2 is None:
             continue
+        st2 = stage2 if k.spec.variant == "workspace" else None
         n = _family_ks(p, k.spec, cus)
-        out["walk"] = Choice(k, ks_count=n, stage2=stage2 if k.spec.variant == "workspace" else None, reason="walk below the rule")
+        out["walk"] = Choice(k, ks_count=n, stage2=st2, reason="the family's split rule")
+        others = [m for m in _dwconv_walk_search_ks(p, k, cus) if m != n]
+        if others:
+            m = min(others, key=lambda m: abs(m - n))
+            out["walk_alt"] = Choice(k, ks_count=m, stage2=st2, reason="the rule's neighbour")
         break
     return out
 
@@ -60,17 +62,21 @@ def main():
     doc = ab_rows(a, "benchmarks/gpu_dwconv_walk_ab.py", lambda p: (p.c, p.k) == (1, 1) and p.g > 1, entrants,
                   end_to_end=a.end_to_end)
     us = lambda r, k: r["rows"].get(k, {}).get("us")  # noqa: E731
-    walk_rows = [r for r in doc["rows"] if r["rows"]["auto"].get("family") == "dwconv_walk"]
+    walked = [r for r in doc["rows"] if us(r, "walk") and us(r, "before")]
+    from skwgrad.abi.conv import parse_problem
+
+    side = {True: [], False: []}
+    for r in walked:
+        side[parse_problem(r["problem"]).ho >= PROPOSED_MIN_ROWS].append(r)
+        r["proposed_rule_takes_walk"] = parse_problem(r["problem"]).ho >= PROPOSED_MIN_ROWS
     doc["summary"] = {
-        "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]), "walk_rows": len(walk_rows),
-        "before_over_walk": geo([us(r, "before") / us(r, "auto") for r in walk_rows if us(r, "before") and us(r, "auto")]),
-        "walk_faster_rows": sum(1 for r in walk_rows if us(r, "before") and us(r, "auto") and us(r, "auto") < us(r, "before")),
-        "alt_over_rule": geo([us(r, "walk_alt") / us(r, "auto") for r in walk_rows if us(r, "walk_alt") and us(r, "auto")]),
-        "auto_vs_cudnn_walk_rows": geo([r["cudnn_us"] / us(r, "auto") for r in walk_rows if r.get("cudnn_us") and us(r, "auto")]),
-        "before_vs_cudnn_walk_rows": geo([r["cudnn_us"] / us(r, "before") for r in walk_rows if r.get("cudnn_us") and us(r, "before")]),
-        "below_rule_auto_over_walk": geo([us(r, "auto") / us(r, "walk") for r in doc["rows"] if us(r, "walk") and us(r, "auto")]),
-        "below_rule_rows": sum(1 for r in doc["rows"] if us(r, "walk")),
-        "api_vs_torch_walk_rows": geo([r["host"]["torch_wall_us"] / r["host"]["api_wall_us"] for r in walk_rows if r.get("host")]),
+        "rows": len(doc["rows"]), "all_ok": all(r["all_ok"] for r in doc["rows"]),
+        **{f"{name}_rows": len(rs) for name, rs in (("walk_side", side[True]), ("window_side", side[False]))},
+        **{f"{name}_before_over_walk": geo([us(r, "before") / us(r, "walk") for r in rs]) for name, rs in (("walk_side", side[True]), ("window_side", side[False]))},
+        "walk_side_faster_rows": sum(1 for r in side[True] if us(r, "walk") < us(r, "before")),
+        "walk_side_walk_vs_cudnn": geo([r["cudnn_us"] / us(r, "walk") for r in side[True] if r.get("cudnn_us")]),
+        "walk_side_before_vs_cudnn": geo([r["cudnn_us"] / us(r, "before") for r in side[True] if r.get("cudnn_us")]),
+        "alt_over_rule": geo([us(r, "walk_alt") / us(r, "walk") for r in walked if us(r, "walk_alt")]),
     }  # fmt: skip
     Path(a.out).write_text(json.dumps(doc, indent=1, default=str))
     print("summary", json.dumps(doc["summary"]))

@@ -1,6 +1,6 @@
 """The row-walk depthwise family (``dwconv_walk``): plans on the fake device launch what the
-reference computes, the sweep builds it for every arch, and selection takes it where it was
-measured to win (large-plane 3x3 layers at stride and dilation 1) and nowhere else.
+reference computes, the sweep builds it for every arch, and the search (tuning) times it right
+after auto's launch, which does not take it yet (benchmarks/proposals/dwconv_walk_auto.diff).
 
 The H200 numbers are in benchmarks/RESULTS.md (sessions 27-28, benchmarks/dw_vert_proto.py); the
 numerics of the kernel itself are in tests/test_depthwise_walk_interp.py (Triton interpreter)."""
@@ -81,41 +81,49 @@ def default_cache():
     return c
 
 
-def test_selection_takes_it_on_large_plane_3x3_layers(default_cache):
+def test_auto_leaves_it_to_the_search_until_a_gpu_run(default_cache):
+    """Auto keeps the window kernel (the product kernel has not run on a GPU: the rule that would take
+    it is benchmarks/proposals/dwconv_walk_auto.diff); the search times the walk kernel at its rule's
+    degree right after auto's launch (so tune on first use, timing the top few, reaches it), and at
+    1, 2 and 4 CTAs per CU after that."""
     from skwgrad.launcher import select as S
 
     c = default_cache
-    assert S.DWCONV_WALK_MIN_ROWS == 48 and S.DWCONV_WALK_FILTERS == (3,)
     mbv2 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
-    ch = S.choose(mbv2, c, arch="sm_90", cus=132)
-    assert ch.spec.family == "dwconv_walk" and ch.spec.variant == "atomic" and ch.stage2 is None and ch.ks_count == 1
-    ch16 = S.choose(dataclasses.replace(mbv2, dw_dtype="bf16"), c, arch="sm_90", cus=132)
-    assert ch16.spec.family == "dwconv_walk" and ch16.spec.variant == "workspace" and ch16.stage2 is not None
-    wide = parse_problem("n=32,c=384,k=384,g=384,h=56,w=56,y=3,x=3,padding=1,dtype=fp16,dw_dtype=fp32")
-    assert S.choose(wide, c, arch="sm_90", cus=132).spec.family == "dwconv_walk"  # before the TMA family too
-    for text in (
-        "n=32,c=144,k=144,g=144,h=28,w=28,y=3,x=3,padding=1,dtype=bf16",  # a small plane: the window kernel
-        "n=32,c=144,k=144,g=144,h=47,w=47,y=3,x=3,padding=1,dtype=bf16",  # just under the rows it needs
-        "n=32,c=144,k=144,g=144,h=112,w=112,y=3,x=3,stride=2,padding=1,dtype=bf16",  # stride 2
-        "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,dilation=2,padding=2,dtype=bf16",  # dilation 2
-        "n=32,c=144,k=144,g=144,h=56,w=56,y=5,x=5,padding=2,dtype=bf16",  # 5x5
-        "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,dtype=fp32,precision=tf32",  # not built for fp32
-    ):
-        assert S.choose(parse_problem(text), c, arch="sm_90", cus=132).spec.family != "dwconv_walk", text
-    assert S.choose(mbv2, c, arch="sm_90", cus=132, deterministic=True).spec.family != "dwconv_walk"
-    assert S.choose(mbv2, c, arch="sm_90", cus=132, reduction="two_stage").spec.family != "dwconv_walk"
-    assert S.choose(mbv2, c, arch="sm_90", cus=132, reduction="atomic").spec.family == "dwconv_walk"
+    auto = S.choose(mbv2, c, arch="sm_90", cus=132)
+    assert auto.spec.family == "dwconv"
     everything = S.all_choices(mbv2, c, arch="sm_90", cus=132)
-    assert everything[0].spec.family == "dwconv_walk" and everything[0].ks_count == 1  # auto's launch leads the search
+    assert everything[0].kernel.key == auto.kernel.key and everything[0].ks_count == auto.ks_count
+    assert everything[1].spec.family == "dwconv_walk" and everything[1].spec.variant == "atomic" and everything[1].ks_count == 1
     # the rule's degree and 1, 2, 4 CTAs per CU over its 252 tiles
     assert {x.ks_count for x in everything if x.spec.family == "dwconv_walk"} == {1, 2, 3}
+    b16 = dataclasses.replace(mbv2, dw_dtype="bf16")
+    second = S.all_choices(b16, c, arch="sm_90", cus=132)[1]
+    assert second.spec.family == "dwconv_walk" and second.spec.variant == "workspace" and second.stage2 is not None
+    # where no walk kernel admits the layer, the search has none
+    for text in (
+        "n=32,c=144,k=144,g=144,h=112,w=112,y=3,x=3,stride=2,padding=1,dtype=bf16",  # stride 2
+        "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,dilation=2,padding=2,dtype=bf16",  # dilation 2
+        "n=32,c=144,k=144,g=144,h=56,w=56,y=5,x=5,padding=2,dtype=bf16",  # 5x5: not built
+        "n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,dtype=fp32,precision=tf32",  # not built for fp32
+    ):
+        assert not [x for x in S.all_choices(parse_problem(text), c, arch="sm_90", cus=132) if x.spec.family == "dwconv_walk"], text
+    # tune on first use (top 3) times it
+    be = F.FakeBackend(cus=132, max_active=2)
+    rows = S.tune(mbv2, be, c, warmup=0, iters=1, top=3, remember=False)
+    assert "dwconv_walk" in {r["family"] for r in rows}
 
 
-def test_a_cache_without_it_keeps_the_window_kernel(default_cache):
+def test_a_cache_without_it_serves_the_same_auto_launch(default_cache):
+    """An older cache (no dwconv_walk entries) gives the same auto launch and a search without them."""
+    from skwgrad.aot.sweep import sweep
     from skwgrad.launcher import select as S
 
-    mbv2 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,dtype=bf16,dw_dtype=fp32")
-    walk = {k.key for k in S.candidates(default_cache, "sm_90", mbv2, family="dwconv_walk")}
-    assert walk
-    ch = S.choose(mbv2, default_cache, arch="sm_90", cus=132, exclude=frozenset(walk))
-    assert ch.spec.family == "dwconv" and ch.spec.dwconv_window.bw
+    old = F.FakeCache()
+    for it in sweep("default", ["sm_90"], ["bf16"]):
+        if it.spec.family != "dwconv_walk":
+            old.add(it.spec, it.arch)
+    mbv2 = parse_problem("n=32,c=144,k=144,g=144,h=56,w=56,y=3,x=3,padding=1,dtype=bf16")
+    a, b = S.choose(mbv2, old, arch="sm_90", cus=132), S.choose(mbv2, default_cache, arch="sm_90", cus=132)
+    assert (a.kernel.label, a.ks_count) == (b.kernel.label, b.ks_count)
+    assert not [x for x in S.all_choices(mbv2, old, arch="sm_90", cus=132) if x.spec.family == "dwconv_walk"]

@@ -648,35 +648,12 @@ def _dwconv_tma_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int
     return sorted({max(1, min(math.ceil(c * cus / t.num_tiles), t.iters_per_tile)) for c in (1, 2, 4)})
 
 
-# Depthwise 2-D layers of at least this many output rows, square filters of DWCONV_WALK_FILTERS at
-# stride and dilation 1, take the row-walk kernels (``dwconv_walk``) where cached. H200, the prototype
-# (benchmarks/dw_vert_proto.py; RESULTS.md sessions 27-28): without its prefetch 1.13-1.23x the product's
-# launch at 55-56 px and 0.92x geomean under 48 px (runs F2/F3); with it (run G1) 1.155x over 7 layers of
-# 55-112 px, faster on 6. On large planes the window kernels are L2-bound (run B8); on small ones a
-# CTA's few rows leave its fixed cost (the KY - 1 rows its window starts with, its epilogue) unpaid.
-DWCONV_WALK_MIN_ROWS = 48
-DWCONV_WALK_FILTERS = (3,)
-
-
-def _dwconv_walk_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, exclude) -> Choice | None:
-    """A 2-D depthwise problem of DWCONV_WALK_MIN_ROWS+ output rows and a DWCONV_WALK_FILTERS square
-    filter at stride and dilation 1 on a cached ``dwconv_walk`` kernel that admits it (atomic for an
-    fp32 dW, workspace with Stage-2 for a 16-bit one), at the family's split rule; None otherwise
-    (deterministic runs too: its adds are atomic)."""
-    if o.deterministic or o.reduction not in ("auto", "atomic", "workspace"):
-        return None
-    if problem.ho < DWCONV_WALK_MIN_ROWS or problem.y not in DWCONV_WALK_FILTERS:
-        return None
-    for k in sorted(candidates(cache, arch, problem, family="dwconv_walk", exclude=exclude), key=lambda k: k.label):
-        if not o.allows(k.spec.variant) or (k.spec.variant == "workspace" and stage2 is None):
-            continue
-        n = _family_ks(problem, k.spec, cus)
-        return Choice(k, ks_count=n, stage2=stage2 if k.spec.variant == "workspace" else None, reason=f"dwconv_walk ks_count={n}")
-    return None
-
-
 def _dwconv_walk_search_ks(problem: ConvProblem, k: Kernel, cus: int) -> list[int]:
-    """Split degrees the search times for a dwconv_walk kernel: the rule's and 1, 2, 4 CTAs per CU."""
+    """Split degrees the search times for a dwconv_walk kernel: the rule's and 1, 2, 4 CTAs per CU.
+    Auto does not take the family yet: its prototype ran 1.155x auto's launch on 3x3 layers of 55-112
+    px (H200 run G1), but the product kernel has not run on a GPU (the rule that would take it:
+    benchmarks/proposals/dwconv_walk_auto.diff). The search times it, its rule's degree right after
+    auto's launch, so tuning (``--tune``, tune on first use) finds it where it is faster."""
     s = k.spec
     return sorted({_family_ks(problem, s, cus), *(dwconv_walk_ks_count(problem, bc=s.bm, bp=s.bk, bw=s.block, compute_units=cus,
                                                                         ctas_per_cu=c) for c in (1, 2, 4))})  # fmt: skip
@@ -694,9 +671,6 @@ def _special_family_choice(problem, cache, arch, cus, o: LaunchOptions, stage2, 
         return None
     if (problem.c, problem.k) != (1, 1):
         return None
-    walk = _dwconv_walk_choice(problem, cache, arch, cus, o, stage2, exclude)
-    if walk is not None:
-        return walk
     tma = _dwconv_tma_choice(problem, cache, arch, cus, o, stage2, exclude)
     window = _dwconv_window_choice(problem, cache, arch, cus, o, stage2, exclude, occupancy)
     if window is None or tma is None:
@@ -879,6 +853,11 @@ def all_choices(
                 special.append(Choice(k, ks_count=n, stage2=st2, reason="candidate"))
             if lead:
                 special.insert(0, Choice(k, ks_count=pick.ks_count, stage2=pick.stage2, reason="candidate"))
+        # the row-walk kernels at their rule's degree next (_dwconv_walk_search_ks says why)
+        walk_rule = [x for x in special if x.spec.family == "dwconv_walk" and x.ks_count == _family_ks(problem, x.spec, cus)
+                     and not (pick is not None and x.kernel.key == pick.kernel.key)]  # fmt: skip
+        head = 1 if pick is not None else 0  # auto's launch stays first
+        special = special[:head] + walk_rule + [x for x in special[head:] if x not in walk_rule]
     # A depthwise problem's own family first (the rule's pick leading): a ``top`` cut of this list
     # (tune on first use) must time what auto would run, not only dense kernels.
     return special + out if (problem.c, problem.k) == (1, 1) else out + special
