@@ -452,6 +452,11 @@ class KernelSpec:
             raise bad("num_warps is 1, 2, 4 or 8 and num_stages >= 1")
 
     def _check_problem_dwconv_walk(self, p: ConvProblem) -> None:
+        self._check_square_depthwise(p, f"loads {self.vec_c} channels at a time")
+
+    def _check_square_depthwise(self, p: ConvProblem, why_vec: str) -> None:
+        """What the 2-D square-filter depthwise families (dwconv_walk, dwconv_tma) bake in: dtypes, a
+        bn x bn filter at stride and dilation 1, and G a multiple of the channel vector (``why_vec``)."""
         if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
             raise AbiError(
                 f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
@@ -465,7 +470,7 @@ class KernelSpec:
                 f"{p.y}x{p.x}, stride {p.stride[1:]}, dilation {p.dilation[1:]}"
             )
         if p.g % self.vec_c:
-            raise AbiError(f"{self.label} loads {self.vec_c} channels at a time; G = {p.g} channels is not a multiple of {self.vec_c}")
+            raise AbiError(f"{self.label} {why_vec}; G = {p.g} channels is not a multiple of {self.vec_c}")
 
     # -- TMA depthwise family (``dwconv_tma``, sm_90) -----------------------------------------------
     # bm = BC channels per CTA, bn = the filter's width and height (3 or 5, square), bk = WT output
@@ -515,17 +520,4 @@ class KernelSpec:
         return bh, bh & -bh, 1 << (self.bk + self.bn - 2).bit_length()
 
     def _check_problem_dwconv_tma(self, p: ConvProblem) -> None:
-        if (p.dtype, p.dw_dtype) != (self.dtype, self.dw_dtype):
-            raise AbiError(
-                f"{self.label} is built for {self.dtype} input / {self.dw_dtype} dW; "
-                f"the problem has {p.dtype} / {p.dw_dtype}"
-            )
-        if p.spatial_dims != 2 or (p.c, p.k) != (1, 1):
-            raise AbiError(f"{self.label} is a 2-D depthwise kernel; the problem is {p.spatial_dims}-D with C = {p.c}, K = {p.k} per group")
-        if (p.y, p.x) != (self.bn, self.bn) or p.stride[1:] != (1, 1) or p.dilation[1:] != (1, 1):
-            raise AbiError(
-                f"{self.label} is for {self.bn}x{self.bn} filters at stride and dilation 1; the problem has "
-                f"{p.y}x{p.x}, stride {p.stride[1:]}, dilation {p.dilation[1:]}"
-            )
-        if p.g % self.vec_c:
-            raise AbiError(f"{self.label}: TMA strides are 16-byte multiples; G = {p.g} is not a multiple of {self.vec_c}")
+        self._check_square_depthwise(p, "reads 16-byte channel vectors through TMA (strides are 16-byte multiples)")
