@@ -37,7 +37,7 @@ GRIDS = {
     "fill_tma_extra_waves": (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0),
 }
 F_RUNS = ("tma_auto_corpus_2026-12-04_f2.json", "pw_tiles_models_2026-12-04_f1.json", "pw_tiles_random_2026-12-04_f1.json",
-          "tma_three_ctas_2026-12-04_f4.json", "tma_auto_extra_waves_2026-12-04_f5.json")
+          "tma_three_ctas_2026-12-04_f4.json", "tma_auto_extra_waves_2026-12-04_f5.json", "tma_auto_fresh_2026-12-04_g1.json")
 
 
 def main():
