@@ -6,7 +6,7 @@
 # after run G1, before the family was built), the corpus, dw3_small_random_2026120705 (6 under 48 rows) and the
 # models' layers: whether benchmarks/proposals/dwconv_walk_auto.diff (auto takes it at 48+ rows) holds.
 # (2) Issues 10 and 12: the corpus as F2 ran it (gpu_tma_auto --top 6 --top-old 3, host included) with cost
-# model 15. Carried: .whl, .device/g0.tar.xz (the default sm_90 cache of 04d2217's kernel source: rebuild it
+# model 15. Carried: .whl, .device/g0.tar.xz (the default sm_90 cache of 98d92fe's kernel source: rebuild it
 # with compile-all --preset default --arch sm_90 and cache export if a key file changed since).
 set -uo pipefail
 source benchmarks/device_setup.sh .device/g0.tar.xz
