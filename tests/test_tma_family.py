@@ -62,7 +62,8 @@ def test_tensor_maps_are_64_byte_aligned_in_the_absolute_parameter_space(variant
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ("wgrad_tma", "dwconv_tma")])
 def test_the_parameter_base_moves_nothing_without_tensor_maps(family):
-    variants = {"wgrad": "direct", "wgrad_sk": "linear", "stage2": "reduce", "dwconv": "workspace", "grouped": "direct", "pad": "rows"}
+    variants = {"wgrad": "direct", "wgrad_sk": "linear", "stage2": "reduce", "dwconv": "workspace", "grouped": "direct", "pad": "rows",
+                "dwconv_walk": "workspace"}
     slots, _ = declaration(family, variants[family]).layout(2)
     offset = 0
     for s in slots:  # natural alignment counted from 0, as before the base existed
