@@ -6,7 +6,7 @@ A CTA owns BC channels x BP strips of BW output columns and walks down the outpu
 keeping the KS - 1 older x rows in registers and loading the next row before this row's products.
 The cases reach: a partial channel block (G % BC), strips past Wo (Wo % BW) and strips of several
 images in one CTA, several column groups, row splits of uneven length and of one row each, padding
-0 / 1 / 2 and asymmetric, 1x1, 3x3 and 5x5 filters, channel vectors 2 / 4 / 8, both epilogues,
+0 / 1 / 2 and asymmetric, 1x1, 3x3, 5x5 and 7x7 filters, channel vectors 1 / 2 / 4 / 8, both epilogues,
 fp16 / bf16 / fp32 with dW in the input dtype and in fp32."""
 
 import dataclasses
@@ -42,6 +42,9 @@ CASES = [
      wspec("atomic", "bf16", "fp32", ks=5, bp=8), 2),
     ("walk_1x1_fp16_workspace", dw(16, "h=4,w=6,y=1,x=1,dtype=fp16"),
      wspec("workspace", "fp16", ks=1, bp=4, bw=4), 1),
+    # the trial 7x7 configuration's shape (benchmarks/build_walk_configs.py): one channel a thread, strips of 1
+    ("walk_7x7_bf16_dwfp32_atomic_vec1", dw(12, "h=9,w=8,y=7,x=7,padding=3,dtype=bf16,dw_dtype=fp32"),
+     wspec("atomic", "bf16", "fp32", vec=1, bc=8, ks=7, bp=4, bw=1), 2),
 ]
 
 
