@@ -396,8 +396,9 @@ def dwconv_walk_geometry(problem: ConvProblem, variant: str, *, bc: int, bp: int
     ks_iters = math.ceil(rows / ks_count)
     ks_count = math.ceil(rows / ks_iters)  # drop splits past the last non-empty one
     grid = tiling.num_tiles * ks_count
-    if grid > kernargs.I32_MAX or p.n * p.hi * p.wi * p.g > kernargs.I32_MAX:
-        raise ProblemError(f"grid of {grid} CTAs or x of {p.n * p.hi * p.wi * p.g} elements overflows the kernel's i32 offsets")
+    elements = max(p.n * p.hi * p.wi, p.n * p.ho * p.wo) * p.g  # x's or dy's, whichever is larger
+    if grid > kernargs.I32_MAX or elements > kernargs.I32_MAX:
+        raise ProblemError(f"grid of {grid} CTAs or {elements} elements of x / dy overflow the kernel's i32 offsets")
     ws = dataclasses.replace(workspace_layout("wgrad", variant, dw_numel=p.dw_numel, ks_count=ks_count), family="dwconv_walk")
     scalars = dict(kernargs.problem_scalars(p))
     scalars["ks_iters"] = ks_iters

@@ -1048,8 +1048,8 @@ def dwconv_tma_specs(preset: str, arch: str, dtype: str, tiles=None) -> list[Ker
 # 16 channels x one strip of 2 output columns a thread, 4 channels a load: 4 warps hold 16 channels x a
 # wave's worth of strips (32 on sm_90, 64 on wave64 AMD), one channel vector a thread. The H200
 # prototype's fastest (benchmarks/dw_vert_proto.py, runs F2, F3, G1): 4 channels a load beat 8 (2x the
-# registers: 0.58-0.86x), strips of 2 beat 4 and 7. 3x3 filters only (DWCONV_WALK_FILTERS in selection):
-# the 5x5 window spills.
+# registers: 0.58-0.86x), strips of 2 beat 4 and 7. 3x3 filters only: at 4 channels a thread the 5x5 window
+# spills (benchmarks/build_walk_configs.py builds 5x5 / 7x7 trial configurations at 1-2 channels a thread).
 DWCONV_WALK_CONFIG = dict(bm=16, bn=3, block=2, vec=4, num_warps=4, num_stages=3)
 
 

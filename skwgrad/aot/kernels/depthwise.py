@@ -534,18 +534,7 @@ def dwconv_walk_wgrad(
             p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
             win = win + (tl.load(p, mask=xm[cw] & row_ok, other=0.0).to(tl.float32),)
     # row ho0's new x row and dy vectors (raw), then each iteration loads the next row's
-    h = ho0 - pad_h + (KS - 1)
-    go = ((ho0 + zero_p) < ho1)[:, None]
-    row_ok = ((h + zero_p).to(tl.uint32) < Hi)[:, None] & go
-    base = x_pix0 + h * Wi
-    nxt = ()
-    for cw in tl.static_range(SPAN):
-        p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
-        nxt = nxt + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
-    dbase = dy_pix0 + ho0 * Wo
-    for j in tl.static_range(BW):
-        p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
-        nxt = nxt + (tl.load(p, mask=dm[j] & go, other=0.0),)
+    nxt = _walk_row_loads(x, dy, ho0, ho1, x_pix0, dy_pix0, pad_h, Hi, Wi, Wo, G, ch, xm, dm, zero_p, SPAN, BW, KS, VEC)
     acc = ()
     for t in tl.static_range(KS * KS):
         acc = acc + (tl.zeros([BP, BC], dtype=tl.float32),)
@@ -556,18 +545,7 @@ def dwconv_walk_wgrad(
         dv = ()
         for j in tl.static_range(BW):
             dv = dv + (nxt[SPAN + j].to(tl.float32),)
-        h = ho + 1 - pad_h + (KS - 1)
-        go = ((ho + 1 + zero_p) < ho1)[:, None]
-        row_ok = ((h + zero_p).to(tl.uint32) < Hi)[:, None] & go
-        base = x_pix0 + h * Wi
-        nxt = ()
-        for cw in tl.static_range(SPAN):
-            p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
-            nxt = nxt + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
-        dbase = dy_pix0 + (ho + 1) * Wo
-        for j in tl.static_range(BW):
-            p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
-            nxt = nxt + (tl.load(p, mask=dm[j] & go, other=0.0),)
+        nxt = _walk_row_loads(x, dy, ho + 1, ho1, x_pix0, dy_pix0, pad_h, Hi, Wi, Wo, G, ch, xm, dm, zero_p, SPAN, BW, KS, VEC)
         # tap (ky, kx) of output column j reads window row ky, column j + kx (row KS - 1: the new one)
         nacc = ()
         for ky in tl.static_range(KS):
@@ -591,6 +569,27 @@ def dwconv_walk_wgrad(
             _epi_group_at(gi, NT, BP, BC, EPI_SMEM, 2), dw, ws_ptr, split, G, NT, KS, 0, offs_c, c_ok,
             BP, BC, KS, VARIANT, GDC_WAIT,
         )  # fmt: skip
+
+
+@triton.jit
+def _walk_row_loads(x, dy, ho, ho1, x_pix0, dy_pix0, pad_h, Hi, Wi, Wo, G, ch, xm, dm, zero_p,
+                    SPAN: tl.constexpr, BW: tl.constexpr, KS: tl.constexpr, VEC: tl.constexpr):  # fmt: skip
+    """Output row ``ho``'s loads, unconverted: the SPAN vectors of the one x row its taps add to the
+    window (row ho - pad_h + KS - 1; a row outside x loads 0) and its BW dy vectors; all 0 past the
+    split's last row ``ho1``."""
+    h = ho - pad_h + (KS - 1)
+    go = ((ho + zero_p) < ho1)[:, None]
+    row_ok = ((h + zero_p).to(tl.uint32) < Hi)[:, None] & go
+    base = x_pix0 + h * Wi
+    out = ()
+    for cw in tl.static_range(SPAN):
+        p = x + (tl.multiple_of((base + cw) * G, VEC)[:, None] + ch[None, :])
+        out = out + (tl.load(p, mask=xm[cw] & row_ok, other=0.0),)
+    dbase = dy_pix0 + ho * Wo
+    for j in tl.static_range(BW):
+        p = dy + (tl.multiple_of((dbase + j) * G, VEC)[:, None] + ch[None, :])
+        out = out + (tl.load(p, mask=dm[j] & go, other=0.0),)
+    return out
 
 
 def walk_constexprs(spec, target) -> dict:
