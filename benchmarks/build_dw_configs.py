@@ -51,8 +51,11 @@ def depthwise_rows(paths):
                     yield row["name"], p
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_trials(config_spec, what: str) -> None:
+    """The command line of a trial builder (this file, build_walk_configs.py): for every depthwise row of
+    the corpora and every ``--config``, ``config_spec(cfg, problem, variant)`` (None: it does not apply),
+    built into ``--cache`` for ``--arch``."""
+    ap = argparse.ArgumentParser(description=what)
     ap.add_argument("--cache", required=True)
     ap.add_argument("--corpus", action="append", required=True)
     ap.add_argument("--config", action="append", required=True)
@@ -70,10 +73,10 @@ def main():
             if s is not None:
                 want.add(s)
     summary = build([SweepItem(a.arch, s) for s in sorted(want, key=lambda s: s.label)], cache, progress=False, retry_failed=True)
-    print(f"{len(want)} trial window kernels: {len(summary.built)} built, {len(summary.failed)} failed")
+    print(f"{len(want)} trial kernels: {len(summary.built)} built, {len(summary.failed)} failed")
     for f in summary.failed:
         print("failed:", f)
 
 
 if __name__ == "__main__":  # the build's worker processes re-import this file
-    main()
+    build_trials(config_spec, __doc__.splitlines()[0])

@@ -14,9 +14,7 @@ memory, 5x5 at one channel and strips of 2 166, at two channels 202-223).
 
 from __future__ import annotations
 
-import argparse
-
-from build_dw_configs import default_variant, depthwise_rows
+from build_dw_configs import build_trials
 
 
 def config_spec(cfg: str, p, variant: str):
@@ -32,29 +30,5 @@ def config_spec(cfg: str, p, variant: str):
                       num_warps=4, num_stages=3, precision="ieee" if p.dtype == "fp32" else "")  # fmt: skip
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache", required=True)
-    ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--config", action="append", required=True)
-    ap.add_argument("--arch", default="sm_90")
-    a = ap.parse_args()
-    from skwgrad.aot.build import build
-    from skwgrad.aot.sweep import SweepItem
-    from skwgrad.cache.store import Cache
-
-    cache = Cache(a.cache)
-    want = set()
-    for _, p in depthwise_rows(a.corpus):
-        for cfg in a.config:
-            s = config_spec(cfg, p, default_variant(p))
-            if s is not None:
-                want.add(s)
-    summary = build([SweepItem(a.arch, s) for s in sorted(want, key=lambda s: s.label)], cache, progress=False, retry_failed=True)
-    print(f"{len(want)} trial walk kernels: {len(summary.built)} built, {len(summary.failed)} failed")
-    for f in summary.failed:
-        print("failed:", f)
-
-
 if __name__ == "__main__":  # the build's worker processes re-import this file
-    main()
+    build_trials(config_spec, __doc__.splitlines()[0])

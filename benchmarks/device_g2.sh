@@ -7,7 +7,7 @@
 # dw57_random_2026120706 (6 5x5 and 6 7x7 layers) and the models' layers. Decides
 # benchmarks/proposals/dwconv_walk_auto.diff (auto takes the 3x3 kernel at 48+ rows), and whether the trial
 # 5x5 / 7x7 configurations (benchmarks/build_walk_configs.py: 7:32x4x1:v1, 5:32x4x2:v1, 5:32x8x1:v2) beat auto.
-# Carried: .whl, .device/g0t.tar.xz: the default sm_90 cache of 98d92fe's kernel source plus those trials for the
+# Carried: .whl, .device/g0t.tar.xz: the default sm_90 cache of 58eb976's kernel source plus those trials for the
 # corpus, the models' and dw57 rows (if a key file changed since: compile-all --preset default --arch sm_90, then
 # build_walk_configs.py with those configurations and corpora, then cache export).
 set -uo pipefail

@@ -2,7 +2,7 @@
 # H200, written in session 28 (for the next session). Issues 10 and 12: the corpus as F2 ran it (gpu_tma_auto
 # --top 6 --top-old 3, every launch verified, host included) with cost model 15 (F2 ran model 13), and the
 # corpus through run-from-cache (--verify --bench against cuDNN: the fp32 IEEE and depthwise rows gpu_tma_auto
-# leaves out). Carried: .whl, .device/g0.tar.xz (the default sm_90 cache of 98d92fe's kernel source).
+# leaves out). Carried: .whl, .device/g0.tar.xz (the default sm_90 cache of 58eb976's kernel source).
 set -uo pipefail
 source benchmarks/device_setup.sh .device/g0.tar.xz
 mkdir -p /tmp/o

@@ -24,8 +24,6 @@ from skwgrad.abi.kernargs import PARAM_BASE, declaration  # noqa: E402
 from skwgrad.abi.launch import DWCONV_TMA_CTAS_PER_CU, dwconv_tma_geometry, dwconv_tma_ks_count  # noqa: E402
 from skwgrad.abi.spec import DWCONV_TMA_X_ROWS, KernelSpec  # noqa: E402
 from skwgrad.errors import AbiError, ProblemError  # noqa: E402
-from skwgrad.launcher.hostdata import from_bits  # noqa: E402
-from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402
 from skwgrad.reference import relative_error  # noqa: E402
 
 
@@ -116,15 +114,8 @@ def test_plans_launch_what_the_reference_computes(variant, ks, pi):
     p0 = PROBLEMS[pi]
     s = dw_spec(variant, k=p0.x)
     p = dataclasses.replace(p0, dw_dtype=s.dw_dtype)
-    c, be = F.FakeCache(), F.FakeBackend()
-    k = Kernel.from_entry(c.add(s, "sm_90"), c)
-    st2 = Kernel.from_entry(c.add(F.stage2(s.dw_dtype), "sm_90"), c)
-    plan = Plan(p, k, be, ks_count=ks, stage2=st2)
+    plan, got, ref = F.plan_on_fake(s, p, ks)
     assert plan.threads == 128 and plan.grid == plan.geometry.tiling.num_tiles * plan.ks_count
-    xp, dyp, dwp, ref = F.random_device_inputs(be, p)
-    plan.poison(dw=dwp)
-    plan.launch(dyp, xp, dwp)
-    got = from_bits(be.read_array(dwp, p.dw_numel, p.dw_dtype), p.dw_dtype).reshape(p.dw_shape)
     assert relative_error(got, ref) < (1e-2 if p.dw_dtype == "bf16" else 1e-5)
     assert plan.zeroed_bytes_nonzero() == 0
 

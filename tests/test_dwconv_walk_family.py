@@ -19,8 +19,6 @@ import test_launcher_fakes as F  # noqa: E402
 from skwgrad.abi.conv import ConvProblem, parse_problem  # noqa: E402
 from skwgrad.abi.kernargs import declaration  # noqa: E402
 from skwgrad.abi.spec import KernelSpec  # noqa: E402
-from skwgrad.launcher.hostdata import from_bits  # noqa: E402
-from skwgrad.launcher.plan import Kernel, Plan  # noqa: E402
 from skwgrad.reference import relative_error  # noqa: E402
 
 
@@ -47,15 +45,8 @@ PROBLEMS = [
 def test_plans_launch_what_the_reference_computes(variant, ks, pi):
     s = walk_spec(variant, bp=8)
     p = dataclasses.replace(PROBLEMS[pi], dw_dtype=s.dw_dtype)
-    c, be = F.FakeCache(), F.FakeBackend()
-    k = Kernel.from_entry(c.add(s, "sm_90"), c)
-    st2 = Kernel.from_entry(c.add(F.stage2(s.dw_dtype), "sm_90"), c)
-    plan = Plan(p, k, be, ks_count=ks, stage2=st2 if variant == "workspace" else None)
+    plan, got, ref = F.plan_on_fake(s, p, ks)
     assert plan.grid == plan.geometry.tiling.num_tiles * plan.ks_count
-    xp, dyp, dwp, ref = F.random_device_inputs(be, p)
-    plan.poison(dw=dwp)
-    plan.launch(dyp, xp, dwp)
-    got = from_bits(be.read_array(dwp, p.dw_numel, p.dw_dtype), p.dw_dtype).reshape(p.dw_shape)
     assert relative_error(got, ref) < (1e-2 if p.dw_dtype == "bf16" else 1e-5)
     assert plan.zeroed_bytes_nonzero() == 0
 

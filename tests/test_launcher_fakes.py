@@ -698,6 +698,22 @@ def random_device_inputs(be: FakeBackend, p: ConvProblem, seed=0):
     return xp, dyp, dwp, ref
 
 
+def plan_on_fake(spec: KernelSpec, p: ConvProblem, ks_count: int, arch: str = "sm_90"):
+    """(plan, dW read back, float64 reference): a plan of ``spec`` (and a Stage-2) from a fresh fake
+    cache on a fresh fake device, launched once on random inputs with dW poisoned first."""
+    from skwgrad.launcher.plan import Kernel, Plan
+
+    c, be = FakeCache(), FakeBackend()
+    k = Kernel.from_entry(c.add(spec, arch), c)
+    st2 = Kernel.from_entry(c.add(stage2(spec.dw_dtype), arch), c)
+    plan = Plan(p, k, be, ks_count=ks_count, stage2=st2)
+    xp, dyp, dwp, ref = random_device_inputs(be, p)
+    plan.poison(dw=dwp)
+    plan.launch(dyp, xp, dwp)
+    got = from_bits(be.read_array(dwp, p.dw_numel, p.dw_dtype), p.dw_dtype).reshape(p.dw_shape)
+    return plan, got, ref
+
+
 # ---------------------------------------------------------------------------------------------
 # Tests of the fakes
 # ---------------------------------------------------------------------------------------------
