@@ -45,7 +45,7 @@ def draw(rng: random.Random) -> dict:
                 stride=stride, padding=f // 2, dilation=1, dtype=dtype, dw_dtype=dw, precision=prec)  # fmt: skip
 
 
-def draw_depthwise(rng: random.Random, share_depthwise: float = 0.7) -> dict:
+def draw_depthwise(rng: random.Random, share_depthwise: float = 0.7, widths: tuple = (4, 8, 16, 32, 64)) -> dict:
     level = rng.randrange(4)
     h = (112, 56, 28, 14)[level]
     h = max(5, h + rng.choice((0, 0, 0, 1, -1)))  # an odd size now and then
@@ -58,8 +58,8 @@ def draw_depthwise(rng: random.Random, share_depthwise: float = 0.7) -> dict:
         stride = 2 if rng.random() < 0.3 else 1
         dil = 2 if stride == 1 and f == 3 and rng.random() < 0.15 else 1
         g, k = c, c
-    else:  # grouped: 4-64 channels per group
-        cg = rng.choice((4, 8, 16, 32, 64))
+    else:  # grouped: 4-64 channels per group (``widths``)
+        cg = rng.choice(widths)
         c = int((64, 128, 256, 512)[level] * rng.choice((1, 1.5, 2)))
         c = max(2 * cg, c // cg * cg)  # at least two groups
         g, k, f, stride, dil = c // cg, c, 3, (2 if rng.random() < 0.2 else 1), 1
@@ -103,6 +103,7 @@ def main():
     ap.add_argument("--min-channels", type=int, default=0, help="redraw layers with fewer input channels")
     ap.add_argument("--filter", type=int, default=0, help="redraw layers whose filter is not this wide (0: any)")
     ap.add_argument("--stride", type=int, default=0, help="redraw layers of another stride (0: any)")
+    ap.add_argument("--group-widths", default="4,8,16,32,64", help="grouped layers: channels per group drawn from this comma list")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from skwgrad.abi.conv import read_corpus
@@ -113,7 +114,8 @@ def main():
         if args.kind == "3d":
             r = draw_3d(rng)
         else:
-            r = draw(rng) if args.kind == "dense" else draw_depthwise(rng, 0.7 if args.kind == "depthwise" else 0.0)
+            widths = tuple(int(v) for v in args.group_widths.split(","))
+            r = draw(rng) if args.kind == "dense" else draw_depthwise(rng, 0.7 if args.kind == "depthwise" else 0.0, widths)
         sd, sh, _ = (int(v) for v in str(r["stride"]).split("x")) if "x" in str(r["stride"]) else (1, r["stride"], r["stride"])
         flop = 2 * r["n"] * r["in_channels"] * r["out_channels"] // r["groups"] * r["z"] * r["y"] * r["x"] * (r["h"] // sh) ** 2 * (r["d"] // sd)
         key = tuple(r.values())
