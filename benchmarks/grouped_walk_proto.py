@@ -212,6 +212,8 @@ def run_row(torch, p, name, cus, split_choices=(2, 4, 8), configs=tuple(CONFIGS)
     dw = torch.empty(p.k * p.g, p.y * p.x * p.c, device=dev, dtype=torch.float32)
     out = {"name": name, "problem": p.describe(), "configs": {}}
     for cfg in configs:
+        if p.k % CONFIGS[cfg][3]:  # KV output channels a thread must be one group's
+            continue
         for c in split_choices:
             key = f"{cfg}_s{c:g}"
             try:
