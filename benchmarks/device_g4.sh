@@ -12,7 +12,7 @@
 set -uo pipefail
 source benchmarks/device_setup.sh .device/g0.tar.xz
 S=benchmarks/shapes; mkdir -p /tmp/o
-timeout 300 python3 benchmarks/grouped_walk_proto.py --corpus $S/grouped_narrow_models_2026-12-04.csv \
+timeout 300 python3 benchmarks/grouped_walk_proto.py --configs k32p4w2,k16p8w2,k64p4w2v2,k64p4w4v2 --corpus $S/grouped_narrow_models_2026-12-04.csv \
   --corpus $S/grouped_narrow_random_2026120901.csv --out /tmp/o/grouped_walk.json > /tmp/o/grouped_walk.log 2>&1
 echo "grouped_walk rc=$? $(( $(date +%s) - t0 )) s"; cut -c1-220 /tmp/o/grouped_walk.log | tail -18
 left=$(( 540 - ($(date +%s) - t0) ))

@@ -14,6 +14,11 @@ loads one new x row (BW + KS - 1 vectors) and BW dy values, the KS - 1 older x r
 
     python3 benchmarks/grouped_walk_proto.py --corpus F.csv [--corpus ...] --out R.json   # H200; SKWGRAD_CACHE for auto
 
+CPU only so far (session 29): interpreter numerics on 4 tiny layers (every configuration within 1e-5 of
+float64); sm_90 bf16 SASS, 3x3 at 4 channels a group: one output channel a thread 148 registers and 216 FFMA in
+447 loop instructions (48%), two 216-228 and 64%, two with strips of 4 columns 238 and 68%; no local memory
+(5x5 spills: not run).
+
 Per 2-D grouped row (C/g <= 4, stride and dilation 1, square filter): every configuration at three split
 degrees, checked against float64 (torch, on the GPU), then auto (``skwgrad.wgrad``, the shipped cache) and
 cuDNN, each timed the same way (``graph_timing.graph_time``: dW memset + kernel for the prototype). Nothing
@@ -164,6 +169,7 @@ CONFIGS = {
     "k32p4w4": (32, 4, 4, 1),
     "k64p4w2v2": (64, 4, 2, 2),
     "k32p8w2v2": (32, 8, 2, 2),
+    "k64p4w4v2": (64, 4, 4, 2),
 }
 
 
