@@ -6,10 +6,13 @@
 # after run G1, before the family was built), the corpus, dw3_small_random_2026120705 (6 under 48 rows),
 # dw57_random_2026120706 (6 5x5 and 6 7x7 layers) and the models' layers. Decides
 # benchmarks/proposals/dwconv_walk_auto.diff (auto takes the 3x3 kernel at 48+ rows), and whether the trial
-# 5x5 / 7x7 configurations (benchmarks/build_walk_configs.py: 7:32x4x1:v1, 5:32x4x2:v1, 5:32x8x1:v2) beat auto.
+# 5x5 / 7x7 configurations (benchmarks/build_walk_configs.py: 7:32x4x1:v1, 5:32x4x2:v1, 5:32x8x1:v2) beat auto, and
+# (added in session 29) whether the 3x3 kernel at 2 channels a thread (3:16x16x2:v2: 94 registers, 5 CTAs an SM against
+# the shipped 152 and 3) runs the latency-bound layers faster.
 # Carried: .whl, .device/g0t.tar.xz: the default sm_90 cache of 58eb976's kernel source plus those trials for the
-# corpus, the models' and dw57 rows (if a key file changed since: compile-all --preset default --arch sm_90, then
-# build_walk_configs.py with those configurations and corpora, then cache export).
+# corpus, the models' and dw57 rows, and 3:16x16x2:v2 for the 3x3 rows of every corpus here (if a key file changed
+# since: compile-all --preset default --arch sm_90, then build_walk_configs.py with those configurations and
+# corpora, then cache export).
 set -uo pipefail
 source benchmarks/device_setup.sh .device/g0t.tar.xz
 S=benchmarks/shapes; mkdir -p /tmp/o
