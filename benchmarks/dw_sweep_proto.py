@@ -29,13 +29,9 @@ way (``graph_timing.graph_time``; the prototype: dW memset + kernel). Nothing he
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +42,7 @@ for _p in (ROOT, ROOT / "benchmarks"):
 if "--interpret-check" in sys.argv:  # before triton is imported: the interpreter is chosen at import
     os.environ["TRITON_INTERPRET"] = "1"
 
+import proto_harness as H  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
@@ -141,9 +138,7 @@ def launch_fn(x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
     bc, slots, vec, warps = CONFIGS[cfg]
     r = slots // p.y
     tiles = math.ceil(p.g / bc) * math.ceil(p.ho / r)
-    splits = max(1, min(p.n, math.ceil(splits_ctas_per_cu * cus / tiles)))
-    ips = math.ceil(p.n / splits)
-    splits = math.ceil(p.n / ips)
+    splits, ips = H.split_range(tiles, p.n, splits_ctas_per_cu, cus)
     grid = (tiles * splits,)
 
     def fn():
@@ -168,49 +163,20 @@ def reference(torch, x, dy, p):
 
 
 def run_row(torch, p, name, cus, split_choices=(2, 4, 8), configs=tuple(CONFIGS)):
-    import skwgrad
-
-    from graph_timing import graph_time
-
     dev = "cuda"
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
     gen = torch.Generator(device=dev).manual_seed(1)
     x = torch.randn(p.n, p.hi, p.wi, p.g, device=dev, dtype=dt, generator=gen)
     dy = torch.randn(p.n, p.ho, p.wo, p.g, device=dev, dtype=dt, generator=gen)
     ref = reference(torch, x, dy, p)
-    rn = ref.norm().item()
     dw = torch.empty(p.g, p.y * p.x, device=dev, dtype=torch.float32)
-    out = {"name": name, "problem": p.describe(), "configs": {}}
-    for cfg in configs:
-        if p.g % CONFIGS[cfg][2]:  # the vectors would be misaligned: a fault, not a slow launch
-            continue
-        for c in split_choices:
-            key = f"{cfg}_s{c:g}"
-            try:
-                fn, geo = launch_fn(x, dy, dw, p, cfg, c, cus)
-                dw.fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                err = ((dw.double() - ref).norm() / rn).item()
-                rec = dict(geo, rel_err=err, ok=bool(err < 1e-4))
-                if rec["ok"]:
-                    rec["us"] = graph_time(torch, fn)
-            except Exception as e:  # noqa: BLE001  (recorded: which configuration could not run)
-                rec = {"error": f"{type(e).__name__}: {e}"[:300]}
-            out["configs"][key] = rec
+    out = {"name": name, "problem": p.describe()}
+    # G % VEC != 0: the vectors would be misaligned
+    out["configs"] = H.time_configs(torch, dw, ref, configs, split_choices, lambda cfg, c: launch_fn(x, dy, dw, p, cfg, c, cus),
+                                    usable=lambda cfg: p.g % CONFIGS[cfg][2] == 0)  # fmt: skip
     xc, dyc = x.permute(0, 3, 1, 2), dy.permute(0, 3, 1, 2)  # channels-last NCHW views
-    kw = dict(filter_size=(p.y, p.x), stride=(1, 1), padding=(p.pad_lo[1], p.pad_lo[2]), dilation=(1, 1), dw_dtype="fp32", groups=p.g)
-    got = skwgrad.wgrad(xc, dyc, **kw)
-    out["auto_rel_err"] = ((got.double().reshape(p.g, -1) - ref).norm() / rn).item()
-    out["auto_us"] = graph_time(torch, lambda: skwgrad.wgrad(xc, dyc, **kw))
-    w = torch.empty(p.g, 1, p.y, p.x, device=dev, dtype=dt).contiguous(memory_format=torch.channels_last)
-    args = ([1, 1], [p.pad_lo[1], p.pad_lo[2]], [1, 1], False, [0, 0], p.g, [False, True, False])
-    out["cudnn_us"] = graph_time(torch, lambda: torch.ops.aten.convolution_backward(dyc, xc, w, None, *args))
-    ok = {k: v["us"] for k, v in out["configs"].items() if v.get("us")}
-    if ok:
-        best = min(ok, key=ok.get)
-        out["best"], out["best_us"] = best, ok[best]
-    return out
+    out.update(H.auto_and_cudnn(torch, p, xc, dyc, (p.g, 1, p.y, p.x), ref, lambda d: d.reshape(p.g, -1)))
+    return H.best_of(out)
 
 
 def interpret_check() -> None:
@@ -244,48 +210,7 @@ def interpret_check() -> None:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", action="append")
-    ap.add_argument("--out")
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma list of CONFIGS names")
-    ap.add_argument("--splits", default="2,4,8", help="comma list of CTAs per CU the split degree aims at")
-    ap.add_argument("--interpret-check", action="store_true", help="numerics on the CPU under Triton's interpreter")
-    args = ap.parse_args()
-    if args.interpret_check:
-        return interpret_check()
-    if not args.corpus or not args.out:
-        ap.error("--corpus and --out are required (or --interpret-check)")
-    configs = tuple(args.configs.split(","))
-    splits = tuple(float(v) for v in args.splits.split(","))
-    import torch
-
-    torch.backends.cudnn.benchmark = True
-    from skwgrad.abi.conv import from_row
-
-    cus = torch.cuda.get_device_properties(0).multi_processor_count
-    doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "triton": triton.__version__, "rows": []}  # fmt: skip
-    for corpus in args.corpus:
-        with open(corpus) as f:
-            for row in csv.DictReader(f):
-                p = from_row(row)
-                if not applies(p):
-                    continue
-                t0 = time.time()
-                r = run_row(torch, p, row["name"], cus, splits, configs)
-                r["corpus"] = Path(corpus).name
-                doc["rows"].append(r)
-                print(f"{row['name'][:44]:44s} cudnn {r['cudnn_us']:8.1f} auto {r['auto_us']:8.1f} best {r.get('best_us', 0):8.1f} "
-                      f"{r.get('best', '-')} [{time.time() - t0:.1f}s]", flush=True)  # fmt: skip
-                Path(args.out).write_text(json.dumps(doc, indent=1))
-    rows = [r for r in doc["rows"] if r.get("best_us")]
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None  # noqa: E731
-    doc["summary"] = {"rows": len(rows), "best_vs_auto": geo([r["auto_us"] / r["best_us"] for r in rows]),
-                      "best_vs_cudnn": geo([r["cudnn_us"] / r["best_us"] for r in rows]),
-                      "auto_vs_cudnn": geo([r["cudnn_us"] / r["auto_us"] for r in rows]),
-                      "rows_at_1p5x_cudnn": sum(r["cudnn_us"] / r["best_us"] >= 1.5 for r in rows)}  # fmt: skip
-    print("summary", json.dumps(doc["summary"]))
-    Path(args.out).write_text(json.dumps(doc, indent=1))
+    H.main(__doc__, CONFIGS, triton.__version__, applies, run_row, interpret_check)
 
 
 if __name__ == "__main__":

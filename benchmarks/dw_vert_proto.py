@@ -26,12 +26,8 @@ replayed, device events, median per call. Nothing here is product code.
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import triton
@@ -42,7 +38,7 @@ for _p in (ROOT, ROOT / "benchmarks"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from graph_timing import graph_time  # noqa: E402
+import proto_harness as H  # noqa: E402
 
 
 @triton.jit
@@ -185,11 +181,8 @@ CONFIGS = {
 def launch_fn(torch, x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
     bc, bp, bw, vec, unroll, *rest = CONFIGS[cfg]
     prefetch = bool(rest and rest[0])
-    wb = math.ceil(p.wo / bw)
-    tiles = math.ceil(p.g / bc) * math.ceil(p.n * wb / bp)
-    splits = max(1, min(p.ho, math.ceil(splits_ctas_per_cu * cus / tiles)))
-    rows = math.ceil(p.ho / splits)
-    splits = math.ceil(p.ho / rows)
+    tiles = math.ceil(p.g / bc) * math.ceil(p.n * math.ceil(p.wo / bw) / bp)
+    splits, rows = H.split_range(tiles, p.ho, splits_ctas_per_cu, cus)
     grid = (tiles * splits,)
 
     def fn():
@@ -201,9 +194,6 @@ def launch_fn(torch, x, dy, dw, p, cfg, splits_ctas_per_cu, cus):
 
 
 def run_row(torch, p, name, cus, split_choices=(2, 4, 8), configs=tuple(CONFIGS)):
-    import skwgrad
-    import torch.nn.functional as F  # noqa: F401
-
     dev = "cuda"
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[p.dtype]
     gen = torch.Generator(device=dev).manual_seed(1)
@@ -212,79 +202,29 @@ def run_row(torch, p, name, cus, split_choices=(2, 4, 8), configs=tuple(CONFIGS)
     xc, dyc = x.permute(0, 3, 1, 2), dy.permute(0, 3, 1, 2)  # channels-last NCHW views
     ref = torch.nn.grad.conv2d_weight(xc.double(), (p.g, 1, p.y, p.x), dyc.double(), stride=1, padding=(p.pad_lo[1], p.pad_lo[2]),
                                       groups=p.g).reshape(p.g, p.y * p.x)  # fmt: skip
-    rn = ref.norm().item()
     dw = torch.empty(p.g, p.y * p.x, device=dev, dtype=torch.float32)
-    out = {"name": name, "problem": p.describe(), "configs": {}}
-    for cfg in configs:
-        for c in split_choices:
-            key = f"{cfg}_s{c:g}"
-            try:
-                fn, geo = launch_fn(torch, x, dy, dw, p, cfg, c, cus)
-                dw.fill_(float("nan"))
-                fn()
-                torch.cuda.synchronize()
-                err = ((dw.double() - ref).norm() / rn).item()
-                rec = dict(geo, rel_err=err, ok=bool(err < 1e-4))
-                if rec["ok"]:
-                    rec["us"] = graph_time(torch, fn)
-            except Exception as e:  # noqa: BLE001  (recorded: which configuration could not run)
-                rec = {"error": f"{type(e).__name__}: {e}"[:300]}
-            out["configs"][key] = rec
-    kw = dict(filter_size=(p.y, p.x), stride=(1, 1), padding=(p.pad_lo[1], p.pad_lo[2]), dilation=(1, 1), dw_dtype="fp32", groups=p.g)
-    got = skwgrad.wgrad(xc, dyc, **kw)
-    out["auto_rel_err"] = ((got.double().reshape(p.g, -1) - ref).norm() / rn).item()
-    out["auto_us"] = graph_time(torch, lambda: skwgrad.wgrad(xc, dyc, **kw))
-    w = torch.empty(p.g, 1, p.y, p.x, device=dev, dtype=dt).contiguous(memory_format=torch.channels_last)
-    args = ([1, 1], [p.pad_lo[1], p.pad_lo[2]], [1, 1], False, [0, 0], p.g, [False, True, False])
-    out["cudnn_us"] = graph_time(torch, lambda: torch.ops.aten.convolution_backward(dyc, xc, w, None, *args))
-    ok = {k: v["us"] for k, v in out["configs"].items() if v.get("us")}
-    if ok:
-        best = min(ok, key=ok.get)
-        out["best"], out["best_us"] = best, ok[best]
-    return out
+    out = {"name": name, "problem": p.describe()}
+    out["configs"] = H.time_configs(torch, dw, ref, configs, split_choices, lambda cfg, c: launch_fn(torch, x, dy, dw, p, cfg, c, cus))
+    out.update(H.auto_and_cudnn(torch, p, xc, dyc, (p.g, 1, p.y, p.x), ref, lambda d: d.reshape(p.g, -1)))
+    return H.best_of(out)
+
+
+def applies(p) -> bool:
+    return (p.is_depthwise and p.spatial_dims == 2 and p.dtype != "fp32" and p.stride[1:] == (1, 1)
+            and p.dilation[1:] == (1, 1) and p.y - 1 >= p.pad_lo[1] and p.g % 8 == 0 and p.y <= 5)  # fmt: skip
+
+
+def per_config_vs_auto(rows, configs) -> dict:
+    """Per configuration: auto's time over the configuration's best split, geomean over the rows it ran."""
+    def best(r, c):
+        us = [v["us"] for k, v in r["configs"].items() if k.startswith(c + "_") and v.get("us")]
+        return min(us) if us else None
+
+    return {"per_config_vs_auto": {c: H.geo([r["auto_us"] / best(r, c) for r in rows if best(r, c)]) for c in configs}}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", action="append", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma list of CONFIGS names")
-    ap.add_argument("--splits", default="2,4,8", help="comma list of CTAs per CU the split degree aims at")
-    args = ap.parse_args()
-    configs = tuple(args.configs.split(","))
-    splits = tuple(float(v) for v in args.splits.split(","))
-    import torch
-
-    torch.backends.cudnn.benchmark = True
-    from skwgrad.abi.conv import from_row
-
-    cus = torch.cuda.get_device_properties(0).multi_processor_count
-    doc = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "triton": triton.__version__, "rows": []}  # fmt: skip
-    for corpus in args.corpus:
-        with open(corpus) as f:
-            for row in csv.DictReader(f):
-                p = from_row(row)
-                if (not p.is_depthwise or p.spatial_dims != 2 or p.dtype == "fp32" or p.stride[1:] != (1, 1)
-                        or p.dilation[1:] != (1, 1) or p.y - 1 < p.pad_lo[1] or p.g % 8 or p.y > 5):  # fmt: skip
-                    continue
-                t0 = time.time()
-                r = run_row(torch, p, row["name"], cus, splits, configs)
-                r["corpus"] = Path(corpus).name
-                doc["rows"].append(r)
-                print(f"{row['name'][:44]:44s} cudnn {r['cudnn_us']:8.1f} auto {r['auto_us']:8.1f} best {r.get('best_us', 0):8.1f} "
-                      f"{r.get('best', '-')} [{time.time() - t0:.1f}s]", flush=True)  # fmt: skip
-                Path(args.out).write_text(json.dumps(doc, indent=1))
-    rows = [r for r in doc["rows"] if r.get("best_us")]
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None  # noqa: E731
-    doc["summary"] = {"rows": len(rows), "best_vs_auto": geo([r["auto_us"] / r["best_us"] for r in rows]),
-                      "best_vs_cudnn": geo([r["cudnn_us"] / r["best_us"] for r in rows]),
-                      "auto_vs_cudnn": geo([r["cudnn_us"] / r["auto_us"] for r in rows]),
-                      "per_config_vs_auto": {c: geo([r["auto_us"] / min(v["us"] for k, v in r["configs"].items() if k.startswith(c + "_") and v.get("us"))
-                                                     for r in rows if any(k.startswith(c + "_") and v.get("us") for k, v in r["configs"].items())])
-                                             for c in configs}}  # fmt: skip
-    print("summary", json.dumps(doc["summary"]))
-    Path(args.out).write_text(json.dumps(doc, indent=1))
+    H.main(__doc__, CONFIGS, triton.__version__, applies, run_row, extra_summary=per_config_vs_auto)
 
 
 if __name__ == "__main__":
