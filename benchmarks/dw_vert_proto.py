@@ -27,18 +27,10 @@ replayed, device events, median per call. Nothing here is product code.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
+import proto_harness as H  # first: it sets up the path
 import triton
 import triton.language as tl
-
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "benchmarks"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-import proto_harness as H  # noqa: E402
 
 
 @triton.jit

@@ -28,21 +28,10 @@ here is product code. ``--interpret-check`` runs the numerics on the CPU under T
 from __future__ import annotations
 
 import math
-import os
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "benchmarks"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-if "--interpret-check" in sys.argv:  # before triton is imported: the interpreter is chosen at import
-    os.environ["TRITON_INTERPRET"] = "1"
-
-import proto_harness as H  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import proto_harness as H  # first: it sets up the path and, for --interpret-check, Triton's interpreter
+import triton
+import triton.language as tl
 
 
 @triton.jit
