@@ -52,7 +52,9 @@ def _col_loads(x, dy, n, ox, n1, xrow, xrow_ok, oy, row_ok, ch, c_ok, zi, pad_w,
     return xv, dv
 
 
-@triton.jit
+# integers not specialized (as the product's kernels, compiled ahead of time): one compile per configuration
+# and dtype on the device, not one per layer
+@triton.jit(do_not_specialize=["N", "G", "Hi", "Wi", "Ho", "Wo", "pad_h", "pad_w", "imgs_per_split"])
 def dw_sweep(x, dy, dw, N, G, Hi, Wi, Ho, Wo, pad_h, pad_w, imgs_per_split,
              BC: tl.constexpr, SLOTS: tl.constexpr, KY: tl.constexpr, KX: tl.constexpr, VEC: tl.constexpr):  # fmt: skip
     R: tl.constexpr = SLOTS // KY

@@ -54,7 +54,9 @@ def _row_loads(x, dy, ho, ho1, x_pix0, dy_pix0, pad_h, Hi, Wi, Wo, CT, KT, xch, 
     return out
 
 
-@triton.jit
+# integers not specialized (as the product's kernels, compiled ahead of time): one compile per configuration
+# and dtype on the device, not one per layer
+@triton.jit(do_not_specialize=["N", "G", "Hi", "Wi", "Ho", "Wo", "pad_h", "pad_w", "rows_per_split"])
 def grouped_walk(x, dy, dw, N, G, Hi, Wi, Ho, Wo, pad_h, pad_w, rows_per_split,
                  BK: tl.constexpr, BP: tl.constexpr, BW: tl.constexpr, KS: tl.constexpr,
                  CPG: tl.constexpr, KPG: tl.constexpr, KV: tl.constexpr):  # fmt: skip
